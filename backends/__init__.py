@@ -1,0 +1,131 @@
+"""Backends: the implementations under test, behind one small protocol.
+
+A backend is any object with
+
+- ``name: str``, unique among the selected backends;
+- ``unavailable(device: torch.device) -> str | None``: ``None`` when it can run on that
+  device, otherwise the reason, which the suite reports as a skip;
+- any subset of the op methods, named like the oracles in ``reference/`` with the same
+  keyword-only options (e.g. ``gelu_and_mul(x, *, approximate)``). An op a backend lacks is
+  reported as *not implemented*, never as a failure.
+
+Built-in backends are listed in ``BUILTIN`` as ``module:attribute`` strings and imported
+lazily, so a backend whose framework is missing costs nothing until it is selected (the
+einops ``_backends`` pattern). External backends come from ``--backend-module MODULE[:ATTR]``
+(ATTR defaults to ``BACKEND`` and may be one backend or an iterable of them) or from the
+``opconform.backends`` entry-point group (each entry point loads one backend or an iterable).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from importlib import metadata
+from typing import Protocol, runtime_checkable
+
+import torch
+
+__all__ = [
+    "Backend",
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+    "BackendError",
+    "builtin_backends",
+    "entry_point_backends",
+    "load_backend_module",
+    "not_implemented_reason",
+]
+
+ENTRY_POINT_GROUP = "opconform.backends"
+
+# name -> "module:attribute"; imported only when the backend is needed.
+BUILTIN: dict[str, str] = {
+    "native": "backends.native:BACKEND",
+    "compiled": "backends.compiled:BACKEND",
+    "npu": "backends.npu:BACKEND",
+    "npu-emulated": "backends.npu:EMULATED",
+}
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    def unavailable(self, device: torch.device) -> str | None: ...
+
+
+class BackendError(ValueError):
+    """A backend specification that cannot be loaded or does not follow the protocol."""
+
+
+def _check_backend(obj, origin: str) -> Backend:
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name:
+        raise BackendError(f"{origin}: {obj!r} has no non-empty str attribute 'name'")
+    if not callable(getattr(obj, "unavailable", None)):
+        raise BackendError(f"{origin}: backend {name!r} has no method unavailable(device)")
+    return obj
+
+
+def _as_backends(obj, origin: str) -> list[Backend]:
+    if isinstance(obj, (str, bytes)):
+        raise BackendError(f"{origin}: expected a backend or an iterable of backends, got {obj!r}")
+    if hasattr(obj, "unavailable") or hasattr(obj, "name"):
+        return [_check_backend(obj, origin)]
+    try:
+        items = list(obj)
+    except TypeError:
+        raise BackendError(f"{origin}: expected a backend or an iterable of backends, got {obj!r}") from None
+    return [_check_backend(item, origin) for item in items]
+
+
+def _import_attr(spec: str, default_attr: str = "BACKEND"):
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise BackendError(f"backend module spec {spec!r} must look like MODULE[:ATTR]")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendError(f"cannot import backend module {module_name!r}: {exc}") from exc
+    attr = attr or default_attr
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise BackendError(f"backend module {module_name!r} has no attribute {attr!r}") from None
+
+
+def load_backend_module(spec: str) -> list[Backend]:
+    """Load the backends named by ``MODULE[:ATTR]`` (ATTR defaults to ``BACKEND``)."""
+    return _as_backends(_import_attr(spec), f"--backend-module {spec}")
+
+
+def builtin_backends() -> list[Backend]:
+    """The built-in backends, in ``BUILTIN`` order."""
+    return [_check_backend(_import_attr(target), f"built-in {name}") for name, target in BUILTIN.items()]
+
+
+def entry_point_backends() -> list[Backend]:
+    """Backends registered by installed packages under the ``opconform.backends`` group."""
+    found: list[Backend] = []
+    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.extend(_as_backends(entry_point.load(), f"entry point {entry_point.name}"))
+    return found
+
+
+def not_implemented_reason(backend: Backend, op: str) -> str | None:
+    """``None`` when ``backend`` has op method ``op``, else the reason used in reports."""
+    if callable(getattr(backend, op, None)):
+        return None
+    return f"not implemented: backend {backend.name!r} has no op {op!r}"
+
+
+def unique_by_name(backends: Iterable[Backend]) -> list[Backend]:
+    """Keep the first backend of each name; two different objects with one name are an error."""
+    chosen: dict[str, Backend] = {}
+    for backend in backends:
+        previous = chosen.get(backend.name)
+        if previous is None:
+            chosen[backend.name] = backend
+        elif previous is not backend:
+            raise BackendError(f"two different backends are named {backend.name!r}")
+    return list(chosen.values())

@@ -1,0 +1,11 @@
+"""A pure-PyTorch stand-in for the ``torch_npu`` ops the Ascend adapter calls.
+
+It follows the *documented* semantics and defaults of each op (not what the adapter
+needs), including its input restrictions, so that adapter code which leans on a default or
+breaks a restriction fails here on CPU the way it would on an NPU. One module per op
+family; this package re-exports their ops under the ``torch_npu`` names.
+"""
+
+from backends.npu_emulator.activations import npu_geglu, npu_swiglu
+
+__all__ = ["npu_geglu", "npu_swiglu"]

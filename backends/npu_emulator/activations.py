@@ -1,0 +1,51 @@
+"""Emulated ``torch_npu.npu_geglu`` and ``torch_npu.npu_swiglu`` (field notes, section 3).
+
+- ``npu_geglu(x, dim=-1, approximate=1, activate_left=False) -> (y, gelu_part)``:
+  approximate 0 = erf ("none"), 1 = tanh; activate_left=True gives gelu(left) * right, the
+  DEFAULT False gives left * gelu(right). The split dim must be even; rank 1..8; fp32, fp16,
+  bf16. Computed in fp32 and rounded once to the input dtype.
+- ``npu_swiglu(x, dim=-1) = silu(left) * right``; contiguous, non-empty input only.
+
+Violations raise RuntimeError, as the real ops do.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_APPROXIMATE = {0: "none", 1: "tanh"}
+
+
+def _check(op: str, x: torch.Tensor, dim: int) -> int:
+    if not isinstance(x, torch.Tensor):
+        raise RuntimeError(f"{op}: x must be a tensor")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise RuntimeError(f"{op}: dtype {x.dtype} is not supported (float32, float16, bfloat16)")
+    if not 1 <= x.dim() <= 8:
+        raise RuntimeError(f"{op}: rank must be 1..8, got {x.dim()}")
+    if dim != -1 and dim != x.dim() - 1:
+        raise RuntimeError(f"{op}: this emulator supports only the last dim, got dim={dim}")
+    if x.shape[-1] % 2:
+        raise RuntimeError(f"{op}: the split dimension must be even, got {x.shape[-1]}")
+    return x.shape[-1] // 2
+
+
+def npu_geglu(x: torch.Tensor, dim: int = -1, approximate: int = 1, activate_left: bool = False):
+    d = _check("npu_geglu", x, dim)
+    if approximate not in _APPROXIMATE:
+        raise RuntimeError(f"npu_geglu: approximate must be 0 or 1, got {approximate!r}")
+    left, right = x[..., :d].float(), x[..., d:].float()
+    gated, other = (left, right) if activate_left else (right, left)
+    gelu_part = F.gelu(gated, approximate=_APPROXIMATE[approximate])
+    return (gelu_part * other).to(x.dtype), gelu_part.to(x.dtype)
+
+
+def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    d = _check("npu_swiglu", x, dim)
+    if x.numel() == 0:
+        raise RuntimeError("npu_swiglu: empty tensors are not supported")
+    if not x.is_contiguous():
+        raise RuntimeError("npu_swiglu: x must be contiguous")
+    return (F.silu(x[..., :d].float()) * x[..., d:].float()).to(x.dtype)

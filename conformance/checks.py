@@ -1,0 +1,109 @@
+"""Assertions whose failure messages say everything needed to act on them.
+
+A failure names the clause, op, backend, device, dtype and shape, the largest absolute and
+relative error with their positions, and one command line that reruns just that case.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import torch
+
+from conformance.tolerances import Tolerance, tolerance
+
+# Set by the plugin at configure time: the options a rerun must repeat (backend modules, ...).
+RERUN_OPTIONS: list[str] = []
+
+
+class ConformanceError(AssertionError):
+    """A backend broke a clause. ``clause`` is the clause ID; the message starts with it."""
+
+    def __init__(self, clause: str, message: str):
+        super().__init__(f"[{clause}] {message}\n  rerun: {rerun_command()}")
+        self.clause = clause
+
+
+def rerun_command() -> str:
+    """A command line that reruns the current test only (the failing Hypothesis example is
+    replayed from the example database, or use the @reproduce_failure blob printed with it)."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "<node id>").rsplit(" (", 1)[0]
+    return shlex.join(["python", "-m", "pytest", current, "-p", "no:xdist", *RERUN_OPTIONS])
+
+
+def describe(backend, device, op: str, **inputs) -> str:
+    parts = [f"{op} on backend {backend.name!r} @ {device}"]
+    parts += [f"{key}={value!r}" for key, value in inputs.items()]
+    return ", ".join(parts)
+
+
+def _index(flat_index: int, shape) -> tuple:
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_index), tuple(shape))) if shape else ()
+
+
+def assert_close(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    clause: str,
+    context: str,
+    family: str | None = None,
+    tol: Tolerance | None = None,
+    atol_scale: torch.Tensor | None = None,
+) -> None:
+    """|actual - expected| <= atol * atol_scale + rtol*|expected| elementwise, NaN only where
+    expected is NaN.
+
+    ``expected`` is the float64 oracle; the tolerance comes from the table for ``family`` and
+    actual's dtype unless ``tol`` is given. ``atol_scale`` (default 1, broadcast) scales the
+    absolute term per element where the spec says the absolute error is amplified (e.g. by the
+    ``up`` factor of a gated activation, spec/tolerances.md).
+    """
+    if tol is None:
+        tol = tolerance(family, actual.dtype)
+    if tuple(actual.shape) != tuple(expected.shape):
+        raise ConformanceError(
+            clause, f"{context}: output shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+        )
+    got = actual.detach().to("cpu", torch.float64)
+    want = expected.detach().to("cpu", torch.float64)
+    nan_mismatch = torch.isnan(got) != torch.isnan(want)
+    inf_mismatch = torch.isinf(want) & (got != want)
+    finite = torch.isfinite(want) & torch.isfinite(got)
+    abs_err = torch.where(finite, (got - want).abs(), torch.zeros_like(got))
+    atol = tol.atol if atol_scale is None else tol.atol * atol_scale.detach().to("cpu", torch.float64)
+    allowed = atol + tol.rtol * want.abs()
+    bad = nan_mismatch | inf_mismatch | (torch.isfinite(want) & ~torch.isfinite(got))
+    bad |= finite & (abs_err > allowed)
+    if not bool(bad.any()):
+        return
+    rel_err = abs_err / want.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    lines = [
+        f"{context}: {int(bad.sum())} of {bad.numel()} elements outside tolerance "
+        f"(dtype {actual.dtype}, shape {tuple(actual.shape)}, rtol {tol.rtol:g}, atol {tol.atol:g})"
+    ]
+    if bool(nan_mismatch.any()):
+        where = _index(int(nan_mismatch.flatten().nonzero()[0]), got.shape)
+        lines.append(
+            f"  NaN mismatch at index {where}: got {got[where].item()!r}, expected {want[where].item()!r}"
+        )
+    excess = (abs_err / allowed.expand_as(abs_err)).flatten()
+    worst_excess = int(excess.argmax())
+    worst_abs = int(abs_err.flatten().argmax())
+    worst_rel = int(torch.where(finite, rel_err, torch.zeros_like(rel_err)).flatten().argmax())
+    allowed_flat = allowed.expand_as(abs_err).flatten()
+    for label, flat in (("violation", worst_excess), ("abs error", worst_abs), ("rel error", worst_rel)):
+        where = _index(flat, got.shape)
+        lines.append(
+            f"  largest {label} at index {where}: abs {abs_err.flatten()[flat].item():.3g}, "
+            f"rel {rel_err.flatten()[flat].item():.3g}, allowed {allowed_flat[flat].item():.3g}; "
+            f"got {got[where].item()!r}, expected {want[where].item()!r}"
+        )
+    raise ConformanceError(clause, "\n".join(lines))
+
+
+def check(condition: bool, *, clause: str, message: str) -> None:
+    """Fail with ``clause`` named unless ``condition`` holds."""
+    if not condition:
+        raise ConformanceError(clause, message)

@@ -1,0 +1,30 @@
+"""Device discovery: which of cpu, cuda and npu are present. torch_npu is imported in a guard."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+import torch
+
+KNOWN_DEVICE_TYPES = ("cpu", "cuda", "npu")
+
+
+@functools.cache
+def absent_reason(device_type: str) -> str | None:
+    """``None`` when a device of this type is present, else why not (used as a skip reason)."""
+    if device_type == "cpu":
+        return None
+    if device_type == "cuda":
+        return None if torch.cuda.is_available() else "no CUDA device is present"
+    if device_type == "npu":
+        try:
+            importlib.import_module("torch_npu")
+        except Exception:
+            return "torch_npu is not installed or failed to import, so no NPU is usable"
+        return None if torch.npu.is_available() else "torch_npu imported but no NPU is present"
+    return f"unknown device type {device_type!r}; expected one of {KNOWN_DEVICE_TYPES}"
+
+
+def present_devices() -> list[str]:
+    return [name for name in KNOWN_DEVICE_TYPES if absent_reason(name) is None]

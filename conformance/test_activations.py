@@ -1,0 +1,340 @@
+"""Conformance properties for spec/activations.md (GEGLU, SwiGLU, the clamped SwiGLU-step).
+
+Each test names its clauses with ``@pytest.mark.clause``; the backend/device pairs come from
+the opconform plugin.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.checks import assert_close, check, describe
+from conformance.strategies import (
+    SILU_MINIMUM,
+    clamp_limits,
+    gated_inputs,
+    small_limits,
+)
+from conformance.tolerances import tolerance
+from reference import activations as oracle
+
+FAMILY = "activations"
+MODES = oracle.APPROXIMATE_MODES
+
+
+def _option_strategy(op: str):
+    """The keyword options of each gated op."""
+    if op == "gelu_and_mul":
+        return st.fixed_dictionaries({"approximate": st.sampled_from(MODES)})
+    if op == "swiglu_step_and_mul":
+        return st.fixed_dictionaries({"limit": st.one_of(st.none(), clamp_limits())})
+    return st.just({})
+
+
+def up_scale(x: torch.Tensor, *, limit: float | None = None, **_options) -> torch.Tensor:
+    """ACT-TOL: the absolute tolerance applies to the activation, so it scales with max(1, |up|)
+    (|up| clamped to the limit, for the clamped op)."""
+    up = x[..., x.shape[-1] // 2 :].detach().cpu().double().abs()
+    return (up if limit is None else up.clamp(max=limit)).clamp_min(1.0)
+
+
+GATED_OPS = [
+    pytest.param(op, marks=pytest.mark.op(op), id=op)
+    for op in ("gelu_and_mul", "silu_and_mul", "swiglu_step_and_mul")
+]
+
+
+@pytest.mark.clause("ACT-GEGLU")
+@pytest.mark.op("gelu_and_mul")
+@given(recipe=gated_inputs(), approximate=st.sampled_from(MODES))
+def test_geglu_matches_oracle(backend, device, recipe, approximate):
+    """gelu_and_mul equals gelu(left) * right within the dtype tolerance."""
+    x = recipe.make(device)
+    out = backend.gelu_and_mul(x, approximate=approximate)
+    assert_close(
+        out,
+        oracle.gelu_and_mul(x.cpu(), approximate=approximate),
+        clause="ACT-GEGLU",
+        family=FAMILY,
+        atol_scale=up_scale(x),
+        context=describe(backend, device, "gelu_and_mul", approximate=approximate),
+    )
+
+
+@pytest.mark.clause("ACT-GEGLU-MODES")
+@pytest.mark.op("gelu_and_mul")
+@given(
+    recipe=gated_inputs(dtypes=(torch.float32,), distribution="gelu-gap"), approximate=st.sampled_from(MODES)
+)
+def test_geglu_is_nearer_the_requested_mode(backend, device, recipe, approximate):
+    """On inputs where erf and tanh GELU differ, the output is nearer the requested mode."""
+    x = recipe.make(device)
+    out = backend.gelu_and_mul(x, approximate=approximate).cpu().double()
+    other = "tanh" if approximate == "none" else "none"
+    err_requested = (out - oracle.gelu_and_mul(x.cpu(), approximate=approximate)).abs().max().item()
+    err_other = (out - oracle.gelu_and_mul(x.cpu(), approximate=other)).abs().max().item()
+    check(
+        err_requested < err_other,
+        clause="ACT-GEGLU-MODES",
+        message=f"{describe(backend, device, 'gelu_and_mul', approximate=approximate)}: max error "
+        f"{err_requested:.3g} against the requested mode but {err_other:.3g} against "
+        f"approximate={other!r} (shape {tuple(x.shape)}): the mode flag is swapped or ignored",
+    )
+
+
+@pytest.mark.clause("ACT-GEGLU-NPU-ARGS")
+@pytest.mark.op("npu_geglu_args")
+@pytest.mark.parametrize("approximate", MODES)
+def test_npu_geglu_args(backend, device, approximate):
+    """The Ascend npu_geglu arguments are dim=-1, approximate 1 (tanh) / 0 (none), activate_left=True."""
+    got = backend.npu_geglu_args(approximate)
+    want = oracle.npu_geglu_args(approximate)
+    check(
+        got == want,
+        clause="ACT-GEGLU-NPU-ARGS",
+        message=f"backend {backend.name!r}: npu_geglu_args({approximate!r}) = {got}, expected {want}",
+    )
+
+
+@pytest.mark.clause("ACT-SWIGLU")
+@pytest.mark.op("silu_and_mul")
+@given(recipe=gated_inputs())
+def test_silu_and_mul_matches_oracle(backend, device, recipe):
+    """silu_and_mul equals silu(left) * right within the dtype tolerance."""
+    x = recipe.make(device)
+    assert_close(
+        backend.silu_and_mul(x),
+        oracle.silu_and_mul(x.cpu()),
+        clause="ACT-SWIGLU",
+        family=FAMILY,
+        atol_scale=up_scale(x),
+        context=describe(backend, device, "silu_and_mul"),
+    )
+
+
+@pytest.mark.clause("ACT-SWIGLU-STEP")
+@pytest.mark.op("swiglu_step_and_mul")
+@given(recipe=gated_inputs(), limit=st.one_of(st.none(), clamp_limits()))
+def test_swiglu_step_matches_oracle(backend, device, recipe, limit):
+    """swiglu_step_and_mul equals silu(gate).clamp(max=limit) * up.clamp(-limit, limit)."""
+    x = recipe.make(device)
+    assert_close(
+        backend.swiglu_step_and_mul(x, limit=limit),
+        oracle.swiglu_step_and_mul(x.cpu(), limit=limit),
+        clause="ACT-SWIGLU-STEP",
+        family=FAMILY,
+        atol_scale=up_scale(x, limit=limit),
+        context=describe(backend, device, "swiglu_step_and_mul", limit=limit),
+    )
+
+
+@pytest.mark.clause("ACT-SWIGLU-STEP-NO-LIMIT")
+@pytest.mark.op("swiglu_step_and_mul")
+@given(recipe=gated_inputs(scales=(10.0, 30.0)))
+def test_swiglu_step_without_limit_does_not_clamp(backend, device, recipe):
+    """limit=None means no clamp at all: large values pass through unchanged (no default limit)."""
+    x = recipe.make(device)
+    assert_close(
+        backend.swiglu_step_and_mul(x, limit=None),
+        oracle.silu_and_mul(x.cpu()),
+        clause="ACT-SWIGLU-STEP-NO-LIMIT",
+        family=FAMILY,
+        atol_scale=up_scale(x),
+        context=describe(backend, device, "swiglu_step_and_mul", limit=None),
+    )
+
+
+@pytest.mark.clause("ACT-SWIGLU-STEP-BOUND")
+@pytest.mark.op("swiglu_step_and_mul")
+@given(recipe=gated_inputs(scales=(3.0, 10.0, 30.0)), limit=clamp_limits(low=SILU_MINIMUM))
+def test_swiglu_step_is_bounded(backend, device, recipe, limit):
+    """For limit >= 0.2785 every output lies in [-limit^2, limit^2] (up to one output rounding)."""
+    x = recipe.make(device)
+    out = backend.swiglu_step_and_mul(x, limit=limit).cpu().double()
+    tol = tolerance(FAMILY, x.dtype)
+    bound = limit * limit * (1 + tol.rtol) + tol.atol
+    worst = out.abs().max().item()
+    check(
+        worst <= bound,
+        clause="ACT-SWIGLU-STEP-BOUND",
+        message=f"{describe(backend, device, 'swiglu_step_and_mul', limit=limit)}: max |out| = {worst:.6g} "
+        f"exceeds limit^2 = {limit * limit:.6g} (dtype {x.dtype}, shape {tuple(x.shape)})",
+    )
+
+
+@pytest.mark.clause("ACT-SWIGLU-STEP-ASYM")
+@pytest.mark.op("swiglu_step_and_mul")
+@given(
+    recipe=gated_inputs(dtypes=(torch.float32,), distribution="negative-gate", scales=(0.1,)),
+    limit=small_limits(),
+)
+def test_swiglu_step_gate_clamp_is_one_sided(backend, device, recipe, limit):
+    """The gate is clamped only from above: silu(gate) < -limit stays below -limit."""
+    x = recipe.make(device)
+    assert_close(
+        backend.swiglu_step_and_mul(x, limit=limit),
+        oracle.swiglu_step_and_mul(x.cpu(), limit=limit),
+        clause="ACT-SWIGLU-STEP-ASYM",
+        family=FAMILY,
+        atol_scale=up_scale(x, limit=limit),
+        context=describe(backend, device, "swiglu_step_and_mul", limit=limit),
+    )
+
+
+@pytest.mark.clause("ACT-LAYOUT")
+@pytest.mark.parametrize("op", GATED_OPS)
+@given(data=st.data(), recipe=gated_inputs(layouts=("strided", "transposed")))
+def test_gated_output_layout(backend, device, op, data, recipe):
+    """Output shape [..., d], input dtype and device; a strided view gives its contiguous copy's result."""
+    options = data.draw(_option_strategy(op), label="options")
+    x = recipe.make(device)
+    out = getattr(backend, op)(x, **options)
+    context = describe(backend, device, op, **options)
+    want_shape = (*x.shape[:-1], x.shape[-1] // 2)
+    check(
+        tuple(out.shape) == want_shape and out.dtype == x.dtype and out.device == x.device,
+        clause="ACT-LAYOUT",
+        message=f"{context}: output shape {tuple(out.shape)}, dtype {out.dtype}, device {out.device}; "
+        f"expected {want_shape}, {x.dtype}, {x.device}",
+    )
+    from_copy = getattr(backend, op)(x.contiguous(), **options)
+    assert_close(
+        out,
+        from_copy.double(),
+        clause="ACT-LAYOUT",
+        family=FAMILY,
+        atol_scale=up_scale(x, **options),
+        context=f"{context}: {recipe.layout} view vs its contiguous copy",
+    )
+
+
+@pytest.mark.clause("ACT-PURE")
+@pytest.mark.parametrize("op", GATED_OPS)
+@given(data=st.data(), recipe=gated_inputs(layouts=("contiguous", "strided")))
+def test_gated_input_not_modified(backend, device, op, data, recipe):
+    """The op leaves its input unchanged."""
+    options = data.draw(_option_strategy(op), label="options")
+    x = recipe.make(device)
+    before = x.clone()
+    getattr(backend, op)(x, **options)
+    check(
+        torch.equal(x, before),
+        clause="ACT-PURE",
+        message=f"{describe(backend, device, op, **options)}: the input was modified in place",
+    )
+
+
+@pytest.mark.clause("ACT-NAN")
+@pytest.mark.parametrize("op", GATED_OPS)
+@given(data=st.data(), recipe=gated_inputs())
+def test_gated_nan_propagates(backend, device, op, data, recipe):
+    """A NaN in the gate or up half gives NaN at that output position; other positions are unaffected."""
+    options = data.draw(_option_strategy(op), label="options")
+    x = recipe.make("cpu")
+    flat = data.draw(st.integers(0, x.numel() - 1), label="nan_position")
+    x.view(-1)[flat] = float("nan")
+    x = x.to(device)
+    out = getattr(backend, op)(x, **options)
+    assert_close(
+        out,
+        getattr(oracle, op)(x.cpu(), **options),
+        clause="ACT-NAN",
+        family=FAMILY,
+        atol_scale=up_scale(x, **options),
+        context=describe(backend, device, op, **options) + f", NaN at flat input index {flat}",
+    )
+
+
+ERROR_CASES = [
+    # (id, op, input builder, options, exception)
+    (
+        "odd-last-dim",
+        "gelu_and_mul",
+        lambda d: torch.ones(2, 5, device=d),
+        {"approximate": "none"},
+        ValueError,
+    ),
+    ("zero-dim", "gelu_and_mul", lambda d: torch.tensor(1.0, device=d), {"approximate": "none"}, ValueError),
+    (
+        "integer-dtype",
+        "gelu_and_mul",
+        lambda d: torch.ones(2, 4, dtype=torch.int64, device=d),
+        {"approximate": "none"},
+        TypeError,
+    ),
+    (
+        "bad-approximate",
+        "gelu_and_mul",
+        lambda d: torch.ones(2, 4, device=d),
+        {"approximate": "erf"},
+        ValueError,
+    ),
+    ("odd-last-dim", "silu_and_mul", lambda d: torch.ones(3, device=d), {}, ValueError),
+    ("zero-dim", "silu_and_mul", lambda d: torch.tensor(1.0, device=d), {}, ValueError),
+    ("integer-dtype", "silu_and_mul", lambda d: torch.ones(4, dtype=torch.int32, device=d), {}, TypeError),
+    ("odd-last-dim", "swiglu_step_and_mul", lambda d: torch.ones(2, 7, device=d), {"limit": 7.0}, ValueError),
+    (
+        "integer-dtype",
+        "swiglu_step_and_mul",
+        lambda d: torch.ones(2, 4, dtype=torch.int64, device=d),
+        {"limit": 7.0},
+        TypeError,
+    ),
+    ("limit-zero", "swiglu_step_and_mul", lambda d: torch.ones(2, 4, device=d), {"limit": 0.0}, ValueError),
+    (
+        "limit-negative",
+        "swiglu_step_and_mul",
+        lambda d: torch.ones(2, 4, device=d),
+        {"limit": -1.0},
+        ValueError,
+    ),
+    (
+        "limit-inf",
+        "swiglu_step_and_mul",
+        lambda d: torch.ones(2, 4, device=d),
+        {"limit": float("inf")},
+        ValueError,
+    ),
+    (
+        "limit-nan",
+        "swiglu_step_and_mul",
+        lambda d: torch.ones(2, 4, device=d),
+        {"limit": float("nan")},
+        ValueError,
+    ),
+]
+
+
+@pytest.mark.clause("ACT-ERRORS")
+@pytest.mark.parametrize(
+    "op, make_input, options, exception",
+    [
+        pytest.param(op, make, opts, exc, marks=pytest.mark.op(op), id=f"{op}-{name}")
+        for name, op, make, opts, exc in ERROR_CASES
+    ],
+)
+def test_gated_errors(backend, device, op, make_input, options, exception):
+    """Bad input raises the documented exception type (and the oracle agrees)."""
+    x = make_input(device)
+    with pytest.raises(exception):
+        getattr(oracle, op)(x.cpu(), **options)
+    try:
+        getattr(backend, op)(x, **options)
+    except exception:
+        return
+    except Exception as exc:  # noqa: BLE001 - the wrong type is itself the finding
+        check(
+            False,
+            clause="ACT-ERRORS",
+            message=f"{describe(backend, device, op, **options)}: raised {type(exc).__name__}: {exc}; "
+            f"expected {exception.__name__}",
+        )
+    check(
+        False,
+        clause="ACT-ERRORS",
+        message=f"{describe(backend, device, op, **options)}: accepted bad input {tuple(x.shape)} "
+        f"{x.dtype}; expected {exception.__name__}",
+    )

@@ -1,0 +1,44 @@
+"""The tolerance table: |actual - expected| <= atol + rtol * |expected|, per family and dtype.
+
+``expected`` is the float64 oracle evaluated on the very values the backend received (inputs
+are drawn in the tested dtype, then upcast), so the table only has to absorb the backend's own
+rounding. Every entry is justified in spec/tolerances.md (clause TOL-TABLE); a self-test checks
+that the spec's table and this one agree. Never widen an entry to make a test pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+
+# Start: torch.testing.assert_close defaults. Activations round at most twice (the activation,
+# then the product), which these defaults absorb: 2 unit roundoffs is 9.8e-4 in float16.
+ASSERT_CLOSE_DEFAULTS = {
+    torch.float64: Tolerance(rtol=1e-7, atol=1e-7),
+    torch.float32: Tolerance(rtol=1.3e-6, atol=1e-5),
+    torch.float16: Tolerance(rtol=1e-3, atol=1e-5),
+    torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1e-5),
+}
+
+TOLERANCES: dict[str, dict[torch.dtype, Tolerance]] = {
+    "activations": dict(ASSERT_CLOSE_DEFAULTS),
+}
+
+
+def tolerance(family: str, dtype: torch.dtype) -> Tolerance:
+    try:
+        table = TOLERANCES[family]
+    except KeyError:
+        raise ValueError(f"family must be one of {sorted(TOLERANCES)}, got {family!r}") from None
+    try:
+        return table[dtype]
+    except KeyError:
+        raise ValueError(f"no {family} tolerance for dtype {dtype}; known: {list(table)}") from None

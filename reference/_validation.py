@@ -1,0 +1,55 @@
+"""Argument checks shared by the oracles (and by backends that must raise the same errors).
+
+Every check names the argument and what was expected, so a user's mistake reads as one.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+
+def require_tensor(value, name: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    return value
+
+
+def require_floating(value, name: str) -> torch.Tensor:
+    require_tensor(value, name)
+    if not value.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype, got {value.dtype}")
+    return value
+
+
+def require_even_last_dim(x: torch.Tensor, name: str) -> int:
+    """Return half the last dimension of ``x``, which must have rank >= 1 and a positive even last dim."""
+    if x.dim() == 0:
+        raise ValueError(f"{name} must have at least one dimension, got a 0-dim tensor")
+    last = x.shape[-1]
+    if last == 0 or last % 2:
+        raise ValueError(
+            f"{name}.shape[-1] must be a positive even number, got {last} (shape {tuple(x.shape)})"
+        )
+    return last // 2
+
+
+def require_choice(value, name: str, choices: tuple) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def require_positive_finite_or_none(value, name: str) -> float | None:
+    """``None``, or a finite real number > 0 (bools and tensors are rejected)."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be None or a finite number > 0, got {value!r}")
+    return float(value)
