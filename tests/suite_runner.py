@@ -1,0 +1,57 @@
+"""Run the conformance suite in a subprocess, exactly as a user would, and read its results.
+
+Used by the self-tests that prove wrong implementations are caught: the backend goes in
+through ``--backend-module`` and the outcome comes back through ``--opconform-json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+
+
+def run_suite(
+    tmp_path: Path, *, paths: list[str], modules: list[str], extra: list[str] = (), pythonpath: list[Path] = ()
+) -> dict:
+    """Run ``python -m pytest PATHS --backend-module M ...`` in the ci profile; return its JSON results."""
+    report = tmp_path / "results.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(map(str, [*pythonpath, TESTS, REPO, env.get("PYTHONPATH", "")]))
+    command = [
+        sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+        "--hypothesis-profile=ci", f"--opconform-json={report}",
+        *(f"--backend-module={m}" for m in modules), *extra,
+    ]  # fmt: skip
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    if not report.exists():
+        raise AssertionError(f"the suite wrote no report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    document = json.loads(report.read_text())
+    document["stdout"] = proc.stdout
+    document["returncode"] = proc.returncode
+    return document
+
+
+def failed_clauses(document: dict) -> dict[str, set[str]]:
+    """backend name -> the clause IDs named (``[ID]``) in its failure messages."""
+    named: dict[str, set[str]] = defaultdict(set)
+    for entry in document["results"]:
+        if entry["outcome"] == "failed":
+            for clause in entry["clauses"]:
+                if f"[{clause}]" in entry.get("message", ""):
+                    named[entry["backend"]].add(clause)
+    return named
+
+
+def outcomes(document: dict, backend: str) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for entry in document["results"]:
+        if entry["backend"] == backend:
+            counts[entry["outcome"]] += 1
+    return dict(counts)
