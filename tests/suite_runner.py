@@ -14,16 +14,20 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TESTS = REPO / "tests"
 
 
 def run_suite(
-    tmp_path: Path, *, paths: list[str], modules: list[str], extra: list[str] = (), pythonpath: list[Path] = ()
+    tmp_path: Path,
+    *,
+    paths: list[str],
+    modules: list[str],
+    extra: list[str] = (),
+    pythonpath: list[Path] = (),
 ) -> dict:
     """Run ``python -m pytest PATHS --backend-module M ...`` in the ci profile; return its JSON results."""
     report = tmp_path / "results.json"
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(map(str, [*pythonpath, TESTS, REPO, env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(map(str, [*pythonpath, REPO, env.get("PYTHONPATH", "")]))
     command = [
         sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
         "--hypothesis-profile=ci", f"--opconform-json={report}",
@@ -31,7 +35,9 @@ def run_suite(
     ]  # fmt: skip
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     if not report.exists():
-        raise AssertionError(f"the suite wrote no report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"the suite wrote no report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
     document = json.loads(report.read_text())
     document["stdout"] = proc.stdout
     document["returncode"] = proc.returncode

@@ -1,4 +1,4 @@
-"""Wrong activation backends: the field's regressions (../shared/field-notes.md, section 1)."""
+"""Activation mutants: the field's regressions (field notes, sections 1 and 3) and their neighbours."""
 
 from __future__ import annotations
 
@@ -15,14 +15,24 @@ class _WrongAscend(AscendBackend):
 
 
 class GegluFlagSwapped(_WrongAscend):
-    """npu_geglu's approximate flag mapped backwards: "tanh" -> 0, "none" -> 1."""
+    """npu_geglu's approximate flag mapped backwards: "tanh" -> 0, "none" -> 1.
+
+    Origin: a C header comment that states the mapping reversed (field notes, section 3).
+    """
+
+    clauses = {"ACT-GEGLU-MODES", "ACT-GEGLU-NPU-ARGS"}
 
     def npu_geglu_args(self, approximate):
         return {"dim": -1, "approximate": 0 if approximate == "tanh" else 1, "activate_left": True}
 
 
 class GegluDefaultActivateLeft(_WrongAscend):
-    """activate_left left at the op default (False): GELU gates the RIGHT half."""
+    """activate_left left at the op default (False): GELU gates the RIGHT half.
+
+    Origin: npu_geglu's default is activate_left=False; the SANA port had to pass True.
+    """
+
+    clauses = {"ACT-GEGLU", "ACT-GEGLU-NPU-ARGS"}
 
     def npu_geglu_args(self, approximate):
         return {"dim": -1, "approximate": 1 if approximate == "tanh" else 0}
@@ -38,7 +48,12 @@ class _WrongStep(NativeBackend):
 
 
 class GateClampedBeforeSilu(_WrongStep):
-    """The other model family's contract: silu(gate.clamp(max=limit))."""
+    """The gate clamped BEFORE the SiLU: silu(gate.clamp(max=limit)).
+
+    Origin: another model family's contract, copied into the wrong model.
+    """
+
+    clauses = {"ACT-SWIGLU-STEP"}
 
     def step(self, gate, up, limit):
         if limit is None:
@@ -47,7 +62,12 @@ class GateClampedBeforeSilu(_WrongStep):
 
 
 class UpClampedOneSide(_WrongStep):
-    """up clamped from above only: up.clamp(max=limit)."""
+    """up clamped from above only: up.clamp(max=limit).
+
+    Origin: the gate's one-sided clamp pattern applied to up as well.
+    """
+
+    clauses = {"ACT-SWIGLU-STEP", "ACT-SWIGLU-STEP-BOUND"}
 
     def step(self, gate, up, limit):
         if limit is None:
@@ -56,14 +76,24 @@ class UpClampedOneSide(_WrongStep):
 
 
 class LimitIgnored(_WrongStep):
-    """The clamp is missing altogether (the NPU path before the Step-3.5 fix)."""
+    """The clamp is missing altogether.
+
+    Origin: the Step-3.5 NPU path before the fix (field notes, section 1).
+    """
+
+    clauses = {"ACT-SWIGLU-STEP", "ACT-SWIGLU-STEP-BOUND"}
 
     def step(self, gate, up, limit):
         return F.silu(gate) * up
 
 
 class DefaultLimitSeven(_WrongStep):
-    """A silent default: limit None treated as 7.0 (the NPU helper's default)."""
+    """A silent default: limit None treated as 7.0.
+
+    Origin: the NPU helper's default of 7.0 (field notes, section 1).
+    """
+
+    clauses = {"ACT-SWIGLU-STEP-NO-LIMIT"}
 
     def step(self, gate, up, limit):
         limit = 7.0 if limit is None else limit
@@ -84,12 +114,3 @@ BACKENDS = [
     _named(LimitIgnored, "wrong-limit-ignored"),
     _named(DefaultLimitSeven, "wrong-default-limit-seven"),
 ]
-
-EXPECTED = {
-    "wrong-geglu-flag-swapped": {"ACT-GEGLU-MODES", "ACT-GEGLU-NPU-ARGS"},
-    "wrong-geglu-default-activate-left": {"ACT-GEGLU", "ACT-GEGLU-NPU-ARGS"},
-    "wrong-gate-clamped-before-silu": {"ACT-SWIGLU-STEP"},
-    "wrong-up-clamped-one-side": {"ACT-SWIGLU-STEP"},
-    "wrong-limit-ignored": {"ACT-SWIGLU-STEP", "ACT-SWIGLU-STEP-BOUND"},
-    "wrong-default-limit-seven": {"ACT-SWIGLU-STEP-NO-LIMIT"},
-}
