@@ -1,0 +1,122 @@
+"""The plugin through the real entry point: external backends, skips with reasons, xdist parity."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from suite_runner import REPO, outcomes, run_suite
+
+EXTERNAL_MODULE = '''
+from backends.native import NativeBackend
+
+
+class ExternalNative(NativeBackend):
+    name = "external-native"
+
+
+class NeedsUnicorn(NativeBackend):
+    name = "needs-unicorn"
+
+    def unavailable(self, device):
+        return "this backend needs a unicorn"
+
+
+class NoOps:
+    name = "no-ops"
+
+    def unavailable(self, device):
+        return None
+
+
+BACKEND = ExternalNative()
+ALL = [ExternalNative(), NeedsUnicorn(), NoOps()]
+'''
+SELECTION = ["conformance/test_activations.py", "-k", "geglu_matches_oracle or gated_errors"]
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory):
+    """A directory outside the repository holding a user's backend module."""
+    path = tmp_path_factory.mktemp("outside")
+    (path / "user_backends.py").write_text(textwrap.dedent(EXTERNAL_MODULE))
+    return path
+
+
+@pytest.fixture(scope="module")
+def serial(outside, tmp_path_factory):
+    return run_suite(tmp_path_factory.mktemp("serial"), paths=SELECTION[:1],
+                     modules=["user_backends:ALL"], extra=[*SELECTION[1:], "--device", "cpu", "--device", "cuda"],
+                     pythonpath=[outside])
+
+
+def test_default_attribute_is_BACKEND(outside, tmp_path):
+    """--backend-module MODULE loads MODULE.BACKEND, selects only it, and it passes."""
+    results = run_suite(tmp_path, paths=SELECTION[:1], modules=["user_backends"], extra=SELECTION[1:],
+                        pythonpath=[outside])
+    assert {e["backend"] for e in results["results"]} == {"external-native"}
+    assert outcomes(results, "external-native") == {"passed": len(results["results"])}
+    assert results["returncode"] == 0
+
+
+def test_iterable_attribute_loads_every_backend(serial):
+    """MODULE:ATTR may name an iterable of backends."""
+    assert {e["backend"] for e in serial["results"]} == {"external-native", "needs-unicorn", "no-ops"}
+
+
+def test_unavailable_backend_is_a_skip_with_its_reason(serial):
+    """unavailable(device) -> reason becomes the skip reason, never a failure."""
+    entries = [e for e in serial["results"] if e["backend"] == "needs-unicorn" and e["device"] == "cpu"]
+    assert entries and all(e["outcome"] == "skipped" for e in entries)
+    assert all("needs a unicorn" in e["reason"] for e in entries)
+
+
+def test_missing_op_is_not_implemented(serial):
+    """A backend without the op method is reported as not implemented."""
+    entries = [e for e in serial["results"] if e["backend"] == "no-ops" and e["device"] == "cpu"]
+    assert entries and all(e["outcome"] == "not implemented" for e in entries)
+
+
+def test_absent_device_is_a_skip_with_its_reason(serial):
+    """--device cuda on a machine without CUDA skips with the reason."""
+    import torch
+
+    entries = [e for e in serial["results"] if e["device"] == "cuda"]
+    assert entries
+    if not torch.cuda.is_available():
+        assert all(e["outcome"] == "skipped" and "CUDA" in e["reason"] for e in entries)
+
+
+def test_results_record_clauses(serial):
+    """Every recorded case names its clauses."""
+    assert all(e["clauses"] for e in serial["results"])
+    assert {c for e in serial["results"] for c in e["clauses"]} == {"ACT-GEGLU", "ACT-ERRORS"}
+
+
+def test_xdist_gives_the_serial_results(serial, outside, tmp_path):
+    """`-n 2` gives the same outcome for every case as the serial run (ci profile is derandomized)."""
+    parallel = run_suite(tmp_path, paths=SELECTION[:1], modules=["user_backends:ALL"],
+                         extra=[*SELECTION[1:], "--device", "cpu", "--device", "cuda", "-p", "xdist", "-n", "2"],
+                         pythonpath=[outside])
+    def table(doc):
+        return {e["nodeid"]: e["outcome"] for e in doc["results"]}
+    assert table(parallel) == table(serial)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--backend", "no-such-backend"], "unknown backend"),
+        (["--backend-module", "no_such_module_xyz"], "cannot import backend module"),
+        (["--backend-module", "json:nothing_here"], "has no attribute"),
+        (["--device", "tpu"], "unknown device"),
+    ],
+)
+def test_bad_options_are_usage_errors(args, words):
+    """Bad options stop the run with a usage error naming the problem."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/test_activations.py", "--co", "-q", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert words in proc.stderr

@@ -1,0 +1,144 @@
+"""The activation oracles against independent formulations: math.erf/tanh per element, and torch.nn.functional."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reference import activations as oracle
+
+finite = st.floats(-30, 30, allow_nan=False)
+pairs = st.lists(st.tuples(finite, finite), min_size=1, max_size=16)
+
+
+def gelu_scalar(v: float, approximate: str) -> float:
+    """GELU of one float, written from the spec text with the math module."""
+    if approximate == "none":
+        return 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0)))
+    return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v**3)))
+
+
+def silu_scalar(v: float) -> float:
+    return v / (1.0 + math.exp(-v)) if v > -700 else 0.0
+
+
+def as_gated(rows: list[tuple[float, float]]) -> torch.Tensor:
+    left, right = zip(*rows)
+    return torch.tensor([*left, *right], dtype=torch.float64)
+
+
+@given(rows=pairs, approximate=st.sampled_from(oracle.APPROXIMATE_MODES))
+def test_gelu_and_mul_matches_scalar_definition(rows, approximate):
+    """gelu_and_mul equals gelu(left) * right computed element by element with math.erf/math.tanh."""
+    got = oracle.gelu_and_mul(as_gated(rows), approximate=approximate)
+    want = torch.tensor([gelu_scalar(g, approximate) * u for g, u in rows], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@given(rows=pairs, limit=st.one_of(st.none(), st.floats(0.01, 50)))
+def test_swiglu_step_matches_scalar_definition(rows, limit):
+    """swiglu_step_and_mul equals min(silu(gate), limit) * clip(up, -limit, limit), element by element."""
+    got = oracle.swiglu_step_and_mul(as_gated(rows), limit=limit)
+    if limit is None:
+        want = [silu_scalar(g) * u for g, u in rows]
+    else:
+        want = [min(silu_scalar(g), limit) * max(-limit, min(u, limit)) for g, u in rows]
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+
+
+@given(rows=pairs)
+def test_silu_and_mul_matches_scalar_definition(rows):
+    """silu_and_mul equals silu(gate) * up element by element."""
+    got = oracle.silu_and_mul(as_gated(rows))
+    want = torch.tensor([silu_scalar(g) * u for g, u in rows], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("approximate", oracle.APPROXIMATE_MODES)
+def test_gelu_matches_torch_functional(approximate):
+    """The float64 oracle agrees with torch.nn.functional.gelu (a peer) in float64."""
+    x = torch.linspace(-12, 12, 20001, dtype=torch.float64)
+    torch.testing.assert_close(oracle.gelu(x, approximate), F.gelu(x, approximate=approximate), rtol=1e-12, atol=1e-14)
+
+
+def test_silu_matches_torch_functional():
+    """The float64 oracle agrees with torch.nn.functional.silu, also at the infinities."""
+    x = torch.cat([torch.linspace(-40, 40, 20001, dtype=torch.float64), torch.tensor([-math.inf, math.inf])])
+    torch.testing.assert_close(oracle.silu(x), F.silu(x), rtol=1e-12, atol=1e-14, equal_nan=True)
+
+
+def test_gelu_modes_differ_where_the_spec_says():
+    """The two GELU modes differ by at most 4.7e-4, above 3e-5 in most of the ACT-GEGLU-MODES band."""
+    x = torch.linspace(-10, 10, 200001, dtype=torch.float64)
+    gap = (oracle.gelu(x, "none") - oracle.gelu(x, "tanh")).abs()
+    assert 4.6e-4 < gap.max().item() < 4.8e-4
+    band = (x.abs() >= 1.0) & (x.abs() <= 3.5)
+    assert (gap[band] > 3e-5).double().mean().item() > 0.8
+
+
+def test_silu_minimum():
+    """silu's minimum is about -0.27846 near -1.2785 (the ACT-SWIGLU-STEP-BOUND threshold)."""
+    x = torch.linspace(-3, 0, 300001, dtype=torch.float64)
+    values = oracle.silu(x)
+    assert abs(values.min().item() + 0.27846) < 1e-5
+    assert abs(x[values.argmin()].item() + 1.2785) < 1e-3
+
+
+def test_oracles_return_float64_on_input_device():
+    """Oracles compute and return float64 whatever the input dtype."""
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    for out in (oracle.gelu_and_mul(x, approximate="tanh"), oracle.silu_and_mul(x),
+                oracle.swiglu_step_and_mul(x, limit=1.0)):
+        assert out.dtype == torch.float64 and out.shape == (3, 4) and out.device == x.device
+
+
+def test_npu_geglu_args():
+    """ACT-GEGLU-NPU-ARGS, literally."""
+    assert oracle.npu_geglu_args("tanh") == {"dim": -1, "approximate": 1, "activate_left": True}
+    assert oracle.npu_geglu_args("none") == {"dim": -1, "approximate": 0, "activate_left": True}
+
+
+@pytest.mark.parametrize(
+    "call, exception, words",
+    [
+        (lambda: oracle.gelu_and_mul(torch.ones(3), approximate="none"), ValueError, "x.shape[-1]"),
+        (lambda: oracle.gelu_and_mul(torch.ones(0), approximate="none"), ValueError, "x.shape[-1]"),
+        (lambda: oracle.gelu_and_mul(torch.tensor(2.0), approximate="none"), ValueError, "0-dim"),
+        (lambda: oracle.gelu_and_mul(torch.ones(4, dtype=torch.int64), approximate="none"), TypeError, "floating"),
+        (lambda: oracle.gelu_and_mul(torch.ones(4, dtype=torch.bool), approximate="none"), TypeError, "floating"),
+        (lambda: oracle.gelu_and_mul([1.0, 2.0], approximate="none"), TypeError, "torch.Tensor"),
+        (lambda: oracle.gelu_and_mul(torch.ones(4), approximate="exact"), ValueError, "approximate"),
+        (lambda: oracle.gelu_and_mul(torch.ones(4), approximate=None), ValueError, "approximate"),
+        (lambda: oracle.npu_geglu_args("erf"), ValueError, "approximate"),
+        (lambda: oracle.swiglu_step_and_mul(torch.ones(4), limit=0), ValueError, "limit"),
+        (lambda: oracle.swiglu_step_and_mul(torch.ones(4), limit=-7.0), ValueError, "limit"),
+        (lambda: oracle.swiglu_step_and_mul(torch.ones(4), limit=math.inf), ValueError, "limit"),
+        (lambda: oracle.swiglu_step_and_mul(torch.ones(4), limit=math.nan), ValueError, "limit"),
+        (lambda: oracle.swiglu_step_and_mul(torch.ones(4), limit=True), ValueError, "limit"),
+        (lambda: oracle.swiglu_step_and_mul(torch.ones(4), limit="7"), ValueError, "limit"),
+        (lambda: oracle.swiglu_step_and_mul(torch.ones(4), limit=torch.tensor(7.0)), ValueError, "limit"),
+    ],
+)
+def test_oracle_errors_name_the_argument(call, exception, words):
+    """ACT-ERRORS: the exception type is the documented one and the message names the argument."""
+    with pytest.raises(exception, match=words.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+def test_swiglu_step_limit_is_required():
+    """ACT-SWIGLU-STEP: there is no default limit."""
+    with pytest.raises(TypeError):
+        oracle.swiglu_step_and_mul(torch.ones(4))  # type: ignore[call-arg]
+
+
+@settings(max_examples=20)
+@given(limit=st.floats(0.2785, 20), seed=st.integers(0, 1000))
+def test_swiglu_step_bound_holds_for_the_oracle(limit, seed):
+    """ACT-SWIGLU-STEP-BOUND holds for the oracle itself, so the property is satisfiable."""
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 30
+    assert oracle.swiglu_step_and_mul(x, limit=limit).abs().max().item() <= limit * limit
