@@ -20,7 +20,7 @@ import time
 
 import pytest
 import torch
-from hypothesis import HealthCheck, Verbosity, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 import backends as registry
 from conformance import checks
@@ -36,6 +36,12 @@ settings.register_profile("dev", max_examples=30, print_blob=True, **_BASE)
 settings.register_profile("ci", max_examples=30, derandomize=True, print_blob=True, database=None, **_BASE)
 settings.register_profile("thorough", max_examples=300, print_blob=True, **_BASE)
 settings.register_profile("debug", max_examples=10, verbosity=Verbosity.verbose, print_blob=True, **_BASE)
+# "ci" without the shrink phase: the same examples, so the same verdicts, minus the minimal
+# example. For runs that only need to know whether (and by which clause) a backend fails, such
+# as the mutant kill matrix.
+settings.register_profile(
+    "ci-noshrink", parent=settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate]
+)
 
 
 def pytest_addoption(parser):

@@ -83,7 +83,7 @@ def as_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
 @st.composite
 def gated_shapes(draw, *, max_rank: int = 4, max_numel: int = 1 << 16) -> tuple:
     """Shapes [..., 2h] of rank 1..max_rank with an even last dim from 2 to 4096."""
-    half = draw(st.one_of(st.integers(1, 64), st.integers(65, 2048)))
+    half = draw(st.one_of(st.integers(1, 64), st.integers(65, min(2048, max_numel // 2))))
     lead = draw(st.lists(st.integers(1, 6), min_size=0, max_size=max_rank - 1))
     while lead and math.prod(lead) * 2 * half > max_numel:
         lead.pop()
@@ -98,9 +98,10 @@ def gated_inputs(
     scales=(0.5, 1.0, 3.0, 10.0),
     distribution: str = "normal",
     layouts=("contiguous",),
+    max_numel: int = 1 << 16,
 ) -> TensorRecipe:
     return TensorRecipe(
-        shape=draw(gated_shapes()),
+        shape=draw(gated_shapes(max_numel=max_numel)),
         dtype=draw(st.sampled_from(dtypes)),
         seed=draw(st.integers(0, 2**32 - 1)),
         scale=draw(st.sampled_from(scales)),

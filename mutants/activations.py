@@ -1,7 +1,13 @@
-"""Activation mutants: the field's regressions (field notes, sections 1 and 3) and their neighbours."""
+"""Activation mutants: the field's regressions (field notes, sections 1 and 3) and their neighbours.
+
+Each class is one realistic bug in an otherwise correct backend (the native or the emulated
+Ascend adapter); its docstring says what the bug is and where such bugs come from, and
+``clauses`` lists the clauses of which at least one must fail.
+"""
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from backends.native import NativeBackend
@@ -9,36 +15,101 @@ from backends.npu import EMULATED, AscendBackend
 from reference.activations import validate_gated_input
 
 
-class _WrongAscend(AscendBackend):
-    def __init__(self, name: str):
-        super().__init__(name, EMULATED._load_ops, EMULATED._unavailable)
+class _AscendMutant(AscendBackend):
+    name = ""
+
+    def __init__(self):
+        super().__init__(self.name, EMULATED._load_ops, EMULATED._unavailable)
 
 
-class GegluFlagSwapped(_WrongAscend):
+class GegluFlagSwapped(_AscendMutant):
     """npu_geglu's approximate flag mapped backwards: "tanh" -> 0, "none" -> 1.
 
     Origin: a C header comment that states the mapping reversed (field notes, section 3).
     """
 
+    name = "geglu-flag-swapped"
     clauses = {"ACT-GEGLU-MODES", "ACT-GEGLU-NPU-ARGS"}
 
     def npu_geglu_args(self, approximate):
         return {"dim": -1, "approximate": 0 if approximate == "tanh" else 1, "activate_left": True}
 
 
-class GegluDefaultActivateLeft(_WrongAscend):
+class GegluDefaultActivateLeft(_AscendMutant):
     """activate_left left at the op default (False): GELU gates the RIGHT half.
 
     Origin: npu_geglu's default is activate_left=False; the SANA port had to pass True.
     """
 
+    name = "geglu-default-activate-left"
     clauses = {"ACT-GEGLU", "ACT-GEGLU-NPU-ARGS"}
 
     def npu_geglu_args(self, approximate):
         return {"dim": -1, "approximate": 1 if approximate == "tanh" else 0}
 
 
-class _WrongStep(NativeBackend):
+class GegluDiffusersHalf(NativeBackend):
+    """GELU on the RIGHT half: ``left * gelu(right)``.
+
+    Origin: diffusers' own GEGLU module gates the right half; code copied from it into a
+    framework whose contract gates the left.
+    """
+
+    name = "geglu-diffusers-half"
+    clauses = {"ACT-GEGLU"}
+
+    def gelu_and_mul(self, x, *, approximate):
+        d = validate_gated_input(x)
+        return x[..., :d] * F.gelu(x[..., d:], approximate=approximate)
+
+
+class GegluModeIgnored(NativeBackend):
+    """The approximate argument is dropped: always tanh.
+
+    Origin: native gelu on NPU may ignore ``approximate`` and use tanh (torch_npu docs).
+    """
+
+    name = "geglu-mode-ignored"
+    clauses = {"ACT-GEGLU-MODES", "ACT-GEGLU"}
+
+    def gelu_and_mul(self, x, *, approximate):
+        d = validate_gated_input(x)
+        return F.gelu(x[..., :d], approximate="tanh") * x[..., d:]
+
+
+class GegluBf16Compute(NativeBackend):
+    """GELU and product computed in bfloat16 end to end, whatever the input dtype.
+
+    Origin: a fused kernel that only has a bf16 path, fed fp32 activations.
+    """
+
+    name = "geglu-bf16-compute"
+    clauses = {"ACT-GEGLU", "ACT-GEGLU-MODES"}
+
+    def gelu_and_mul(self, x, *, approximate):
+        d = validate_gated_input(x)
+        low = x.to(torch.bfloat16)
+        return (F.gelu(low[..., :d], approximate=approximate) * low[..., d:]).to(x.dtype)
+
+
+class SiluAsQuickGelu(NativeBackend):
+    """SiLU replaced by ``x * sigmoid(1.702 x)`` (the quick-GELU approximation).
+
+    Origin: activation tables keyed by name where "swish"/"quick_gelu" entries get mixed up.
+    """
+
+    name = "silu-as-quick-gelu"
+    clauses = {"ACT-SWIGLU"}
+
+    def silu_and_mul(self, x):
+        d = validate_gated_input(x)
+        gate = x[..., :d]
+        return gate * torch.sigmoid(1.702 * gate) * x[..., d:]
+
+
+class _StepMutant(NativeBackend):
+    """Shared plumbing: validation as in the contract, then ``step(gate, up, limit)``."""
+
     def step(self, gate, up, limit):
         raise NotImplementedError
 
@@ -47,12 +118,13 @@ class _WrongStep(NativeBackend):
         return self.step(x[..., :d], x[..., d:], limit)
 
 
-class GateClampedBeforeSilu(_WrongStep):
+class GateClampedBeforeSilu(_StepMutant):
     """The gate clamped BEFORE the SiLU: silu(gate.clamp(max=limit)).
 
     Origin: another model family's contract, copied into the wrong model.
     """
 
+    name = "gate-clamped-before-silu"
     clauses = {"ACT-SWIGLU-STEP"}
 
     def step(self, gate, up, limit):
@@ -61,12 +133,28 @@ class GateClampedBeforeSilu(_WrongStep):
         return F.silu(gate.clamp(max=limit)) * up.clamp(-limit, limit)
 
 
-class UpClampedOneSide(_WrongStep):
+class GateClampSymmetric(_StepMutant):
+    """The gate clamped on both sides: silu(gate).clamp(-limit, limit).
+
+    Origin: the up clamp's pattern applied to the gate as well.
+    """
+
+    name = "gate-clamp-symmetric"
+    clauses = {"ACT-SWIGLU-STEP-ASYM", "ACT-SWIGLU-STEP"}
+
+    def step(self, gate, up, limit):
+        if limit is None:
+            return F.silu(gate) * up
+        return F.silu(gate).clamp(-limit, limit) * up.clamp(-limit, limit)
+
+
+class UpClampedOneSide(_StepMutant):
     """up clamped from above only: up.clamp(max=limit).
 
     Origin: the gate's one-sided clamp pattern applied to up as well.
     """
 
+    name = "up-clamped-one-side"
     clauses = {"ACT-SWIGLU-STEP", "ACT-SWIGLU-STEP-BOUND"}
 
     def step(self, gate, up, limit):
@@ -75,24 +163,26 @@ class UpClampedOneSide(_WrongStep):
         return F.silu(gate).clamp(max=limit) * up.clamp(max=limit)
 
 
-class LimitIgnored(_WrongStep):
+class LimitIgnored(_StepMutant):
     """The clamp is missing altogether.
 
     Origin: the Step-3.5 NPU path before the fix (field notes, section 1).
     """
 
+    name = "limit-ignored"
     clauses = {"ACT-SWIGLU-STEP", "ACT-SWIGLU-STEP-BOUND"}
 
     def step(self, gate, up, limit):
         return F.silu(gate) * up
 
 
-class DefaultLimitSeven(_WrongStep):
+class DefaultLimitSeven(_StepMutant):
     """A silent default: limit None treated as 7.0.
 
     Origin: the NPU helper's default of 7.0 (field notes, section 1).
     """
 
+    name = "default-limit-seven"
     clauses = {"ACT-SWIGLU-STEP-NO-LIMIT"}
 
     def step(self, gate, up, limit):
@@ -100,17 +190,94 @@ class DefaultLimitSeven(_WrongStep):
         return F.silu(gate).clamp(max=limit) * up.clamp(-limit, limit)
 
 
-def _named(cls, name):
-    backend = cls(name) if issubclass(cls, AscendBackend) else cls()
-    backend.name = name
-    return backend
+class OutputUpcast(NativeBackend):
+    """The output comes back in float32 whatever the input dtype.
+
+    Origin: a kernel that accumulates in fp32 and forgets the final cast.
+    """
+
+    name = "output-upcast"
+    clauses = {"ACT-LAYOUT"}
+
+    def silu_and_mul(self, x):
+        return super().silu_and_mul(x).float()
+
+
+class AssumesContiguous(NativeBackend):
+    """Reads the input's storage as if it were contiguous (ignores strides).
+
+    Origin: a custom kernel that takes ``data_ptr()`` without calling ``.contiguous()``.
+    """
+
+    name = "assumes-contiguous"
+    clauses = {"ACT-LAYOUT"}
+
+    def gelu_and_mul(self, x, *, approximate):
+        validate_gated_input(x)
+        dense = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
+        return super().gelu_and_mul(dense, approximate=approximate)
+
+
+class WritesIntoInput(NativeBackend):
+    """Computes silu in place on the gate half of its input.
+
+    Origin: an in-place ``silu_`` used to save memory in an inference-only path.
+    """
+
+    name = "writes-into-input"
+    clauses = {"ACT-PURE"}
+
+    def silu_and_mul(self, x):
+        d = validate_gated_input(x)
+        gate = x[..., :d]
+        F.silu(gate, inplace=True)
+        return gate * x[..., d:]
+
+
+class NanSwallowed(NativeBackend):
+    """NaN in the output replaced by zero.
+
+    Origin: a ``nan_to_num`` added to hide an overflow elsewhere.
+    """
+
+    name = "nan-swallowed"
+    clauses = {"ACT-NAN"}
+
+    def swiglu_step_and_mul(self, x, *, limit):
+        return torch.nan_to_num(super().swiglu_step_and_mul(x, limit=limit), nan=0.0)
+
+
+class OddWidthTruncated(NativeBackend):
+    """An odd last dimension is silently truncated instead of rejected.
+
+    Origin: ``d = x.shape[-1] // 2`` with no validation, as in many hand-written kernels.
+    """
+
+    name = "odd-width-truncated"
+    clauses = {"ACT-ERRORS"}
+
+    def gelu_and_mul(self, x, *, approximate):
+        if x.dim() == 0 or not x.is_floating_point():
+            return super().gelu_and_mul(x, approximate=approximate)
+        d = x.shape[-1] // 2
+        return F.gelu(x[..., :d], approximate=approximate) * x[..., d : 2 * d]
 
 
 BACKENDS = [
-    _named(GegluFlagSwapped, "wrong-geglu-flag-swapped"),
-    _named(GegluDefaultActivateLeft, "wrong-geglu-default-activate-left"),
-    _named(GateClampedBeforeSilu, "wrong-gate-clamped-before-silu"),
-    _named(UpClampedOneSide, "wrong-up-clamped-one-side"),
-    _named(LimitIgnored, "wrong-limit-ignored"),
-    _named(DefaultLimitSeven, "wrong-default-limit-seven"),
+    GegluFlagSwapped(),
+    GegluDefaultActivateLeft(),
+    GegluDiffusersHalf(),
+    GegluModeIgnored(),
+    GegluBf16Compute(),
+    SiluAsQuickGelu(),
+    GateClampedBeforeSilu(),
+    GateClampSymmetric(),
+    UpClampedOneSide(),
+    LimitIgnored(),
+    DefaultLimitSeven(),
+    OutputUpcast(),
+    AssumesContiguous(),
+    WritesIntoInput(),
+    NanSwallowed(),
+    OddWidthTruncated(),
 ]

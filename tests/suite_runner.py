@@ -23,14 +23,15 @@ def run_suite(
     modules: list[str],
     extra: list[str] = (),
     pythonpath: list[Path] = (),
+    profile: str = "ci",
 ) -> dict:
-    """Run ``python -m pytest PATHS --backend-module M ...`` in the ci profile; return its JSON results."""
+    """Run ``python -m pytest PATHS --backend-module M ...`` in ``profile``; return its JSON results."""
     report = tmp_path / "results.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(map(str, [*pythonpath, REPO, env.get("PYTHONPATH", "")]))
     command = [
         sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-        "--hypothesis-profile=ci", f"--opconform-json={report}",
+        f"--hypothesis-profile={profile}", f"--opconform-json={report}",
         *(f"--backend-module={m}" for m in modules), *extra,
     ]  # fmt: skip
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

@@ -42,6 +42,7 @@ def test_bad_module_specs_raise_backend_error(spec, words):
 
 def test_object_without_name_is_rejected():
     """The protocol requires a non-empty str name."""
+
     class Nameless:
         def unavailable(self, device):
             return None
@@ -53,7 +54,9 @@ def test_object_without_name_is_rejected():
 def test_entry_points_are_loaded(monkeypatch):
     """Backends registered under the opconform.backends group are found."""
     point = metadata.EntryPoint(name="emu", value="backends.npu:EMULATED", group=backends.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(backends.metadata, "entry_points", lambda group: [point] if group == point.group else [])
+    monkeypatch.setattr(
+        backends.metadata, "entry_points", lambda group: [point] if group == point.group else []
+    )
     assert [b.name for b in backends.entry_point_backends()] == ["npu-emulated"]
 
 

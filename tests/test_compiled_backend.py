@@ -7,8 +7,9 @@ import torch
 
 from backends.compiled import BACKEND
 
-pytestmark = pytest.mark.skipif(BACKEND.unavailable(torch.device("cpu")) is not None,
-                                reason=str(BACKEND.unavailable(torch.device("cpu"))))
+pytestmark = pytest.mark.skipif(
+    BACKEND.unavailable(torch.device("cpu")) is not None, reason=str(BACKEND.unavailable(torch.device("cpu")))
+)
 
 
 def test_new_shapes_and_limits_do_not_recompile():

@@ -36,7 +36,9 @@ def test_npu_geglu_rounds_once_to_the_input_dtype():
     """bf16 in, bf16 out, computed in fp32."""
     y, _ = ops.npu_geglu(X.bfloat16(), approximate=0, activate_left=True)
     assert y.dtype == torch.bfloat16
-    want = (torch.nn.functional.gelu(X.bfloat16()[..., :5].float()) * X.bfloat16()[..., 5:].float()).bfloat16()
+    want = (
+        torch.nn.functional.gelu(X.bfloat16()[..., :5].float()) * X.bfloat16()[..., 5:].float()
+    ).bfloat16()
     assert torch.equal(y, want)
 
 

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from suite_runner import REPO, outcomes, run_suite
 
-EXTERNAL_MODULE = '''
+EXTERNAL_MODULE = """
 from backends.native import NativeBackend
 
 
@@ -33,7 +33,7 @@ class NoOps:
 
 BACKEND = ExternalNative()
 ALL = [ExternalNative(), NeedsUnicorn(), NoOps()]
-'''
+"""
 SELECTION = ["conformance/test_activations.py", "-k", "geglu_matches_oracle or gated_errors"]
 
 
@@ -47,15 +47,20 @@ def outside(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def serial(outside, tmp_path_factory):
-    return run_suite(tmp_path_factory.mktemp("serial"), paths=SELECTION[:1],
-                     modules=["user_backends:ALL"], extra=[*SELECTION[1:], "--device", "cpu", "--device", "cuda"],
-                     pythonpath=[outside])
+    return run_suite(
+        tmp_path_factory.mktemp("serial"),
+        paths=SELECTION[:1],
+        modules=["user_backends:ALL"],
+        extra=[*SELECTION[1:], "--device", "cpu", "--device", "cuda"],
+        pythonpath=[outside],
+    )
 
 
 def test_default_attribute_is_BACKEND(outside, tmp_path):
     """--backend-module MODULE loads MODULE.BACKEND, selects only it, and it passes."""
-    results = run_suite(tmp_path, paths=SELECTION[:1], modules=["user_backends"], extra=SELECTION[1:],
-                        pythonpath=[outside])
+    results = run_suite(
+        tmp_path, paths=SELECTION[:1], modules=["user_backends"], extra=SELECTION[1:], pythonpath=[outside]
+    )
     assert {e["backend"] for e in results["results"]} == {"external-native"}
     assert outcomes(results, "external-native") == {"passed": len(results["results"])}
     assert results["returncode"] == 0
@@ -97,11 +102,17 @@ def test_results_record_clauses(serial):
 
 def test_xdist_gives_the_serial_results(serial, outside, tmp_path):
     """`-n 2` gives the same outcome for every case as the serial run (ci profile is derandomized)."""
-    parallel = run_suite(tmp_path, paths=SELECTION[:1], modules=["user_backends:ALL"],
-                         extra=[*SELECTION[1:], "--device", "cpu", "--device", "cuda", "-p", "xdist", "-n", "2"],
-                         pythonpath=[outside])
+    parallel = run_suite(
+        tmp_path,
+        paths=SELECTION[:1],
+        modules=["user_backends:ALL"],
+        extra=[*SELECTION[1:], "--device", "cpu", "--device", "cuda", "-p", "xdist", "-n", "2"],
+        pythonpath=[outside],
+    )
+
     def table(doc):
         return {e["nodeid"]: e["outcome"] for e in doc["results"]}
+
     assert table(parallel) == table(serial)
 
 
@@ -116,7 +127,12 @@ def test_xdist_gives_the_serial_results(serial, outside, tmp_path):
 )
 def test_bad_options_are_usage_errors(args, words):
     """Bad options stop the run with a usage error naming the problem."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/test_activations.py", "--co", "-q", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance/test_activations.py", "--co", "-q", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert words in proc.stderr

@@ -1,4 +1,4 @@
-"""The activation oracles against independent formulations: math.erf/tanh per element, and torch.nn.functional."""
+"""The activation oracles against independent formulations: math.erf/tanh per element, and F.gelu/F.silu."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def silu_scalar(v: float) -> float:
 
 
 def as_gated(rows: list[tuple[float, float]]) -> torch.Tensor:
-    left, right = zip(*rows)
+    left, right = zip(*rows, strict=True)
     return torch.tensor([*left, *right], dtype=torch.float64)
 
 
@@ -63,7 +63,9 @@ def test_silu_and_mul_matches_scalar_definition(rows):
 def test_gelu_matches_torch_functional(approximate):
     """The float64 oracle agrees with torch.nn.functional.gelu (a peer) in float64."""
     x = torch.linspace(-12, 12, 20001, dtype=torch.float64)
-    torch.testing.assert_close(oracle.gelu(x, approximate), F.gelu(x, approximate=approximate), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(
+        oracle.gelu(x, approximate), F.gelu(x, approximate=approximate), rtol=1e-12, atol=1e-14
+    )
 
 
 def test_silu_matches_torch_functional():
@@ -92,8 +94,11 @@ def test_silu_minimum():
 def test_oracles_return_float64_on_input_device():
     """Oracles compute and return float64 whatever the input dtype."""
     x = torch.randn(3, 8, dtype=torch.bfloat16)
-    for out in (oracle.gelu_and_mul(x, approximate="tanh"), oracle.silu_and_mul(x),
-                oracle.swiglu_step_and_mul(x, limit=1.0)):
+    for out in (
+        oracle.gelu_and_mul(x, approximate="tanh"),
+        oracle.silu_and_mul(x),
+        oracle.swiglu_step_and_mul(x, limit=1.0),
+    ):
         assert out.dtype == torch.float64 and out.shape == (3, 4) and out.device == x.device
 
 
@@ -109,8 +114,16 @@ def test_npu_geglu_args():
         (lambda: oracle.gelu_and_mul(torch.ones(3), approximate="none"), ValueError, "x.shape[-1]"),
         (lambda: oracle.gelu_and_mul(torch.ones(0), approximate="none"), ValueError, "x.shape[-1]"),
         (lambda: oracle.gelu_and_mul(torch.tensor(2.0), approximate="none"), ValueError, "0-dim"),
-        (lambda: oracle.gelu_and_mul(torch.ones(4, dtype=torch.int64), approximate="none"), TypeError, "floating"),
-        (lambda: oracle.gelu_and_mul(torch.ones(4, dtype=torch.bool), approximate="none"), TypeError, "floating"),
+        (
+            lambda: oracle.gelu_and_mul(torch.ones(4, dtype=torch.int64), approximate="none"),
+            TypeError,
+            "floating",
+        ),
+        (
+            lambda: oracle.gelu_and_mul(torch.ones(4, dtype=torch.bool), approximate="none"),
+            TypeError,
+            "floating",
+        ),
         (lambda: oracle.gelu_and_mul([1.0, 2.0], approximate="none"), TypeError, "torch.Tensor"),
         (lambda: oracle.gelu_and_mul(torch.ones(4), approximate="exact"), ValueError, "approximate"),
         (lambda: oracle.gelu_and_mul(torch.ones(4), approximate=None), ValueError, "approximate"),
