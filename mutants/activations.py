@@ -12,7 +12,11 @@ import torch.nn.functional as F
 
 from backends.native import NativeBackend
 from backends.npu import EMULATED, AscendBackend
-from reference.activations import validate_gated_input
+from reference._validation import require_choice, require_positive_finite_or_none
+from reference.activations import APPROXIMATE_MODES, validate_gated_input
+
+# The conformance modules (under the ``conformance`` package) that must catch these mutants.
+PROPERTIES = ["conformance.test_activations"]
 
 
 class _AscendMutant(AscendBackend):
@@ -32,6 +36,7 @@ class GegluFlagSwapped(_AscendMutant):
     clauses = {"ACT-GEGLU-MODES", "ACT-GEGLU-NPU-ARGS"}
 
     def npu_geglu_args(self, approximate):
+        require_choice(approximate, "approximate", APPROXIMATE_MODES)
         return {"dim": -1, "approximate": 0 if approximate == "tanh" else 1, "activate_left": True}
 
 
@@ -45,6 +50,7 @@ class GegluDefaultActivateLeft(_AscendMutant):
     clauses = {"ACT-GEGLU", "ACT-GEGLU-NPU-ARGS"}
 
     def npu_geglu_args(self, approximate):
+        require_choice(approximate, "approximate", APPROXIMATE_MODES)
         return {"dim": -1, "approximate": 1 if approximate == "tanh" else 0}
 
 
@@ -60,6 +66,7 @@ class GegluDiffusersHalf(NativeBackend):
 
     def gelu_and_mul(self, x, *, approximate):
         d = validate_gated_input(x)
+        require_choice(approximate, "approximate", APPROXIMATE_MODES)
         return x[..., :d] * F.gelu(x[..., d:], approximate=approximate)
 
 
@@ -74,6 +81,7 @@ class GegluModeIgnored(NativeBackend):
 
     def gelu_and_mul(self, x, *, approximate):
         d = validate_gated_input(x)
+        require_choice(approximate, "approximate", APPROXIMATE_MODES)
         return F.gelu(x[..., :d], approximate="tanh") * x[..., d:]
 
 
@@ -88,6 +96,7 @@ class GegluBf16Compute(NativeBackend):
 
     def gelu_and_mul(self, x, *, approximate):
         d = validate_gated_input(x)
+        require_choice(approximate, "approximate", APPROXIMATE_MODES)
         low = x.to(torch.bfloat16)
         return (F.gelu(low[..., :d], approximate=approximate) * low[..., d:]).to(x.dtype)
 
@@ -115,7 +124,7 @@ class _StepMutant(NativeBackend):
 
     def swiglu_step_and_mul(self, x, *, limit):
         d = validate_gated_input(x)
-        return self.step(x[..., :d], x[..., d:], limit)
+        return self.step(x[..., :d], x[..., d:], require_positive_finite_or_none(limit, "limit"))
 
 
 class GateClampedBeforeSilu(_StepMutant):

@@ -1,0 +1,198 @@
+"""`opconform mutants`: run the conformance suite against every mutant and print the kill matrix.
+
+Each module of the ``mutants`` package is one batch: its ``BACKENDS`` are loaded with
+``--backend-module`` (exactly as a user's backend is) into one pytest process that runs the
+family's properties (``PROPERTIES``, module names under ``conformance``) in the ``ci-noshrink``
+profile: the ``ci`` profile's examples and verdicts, without shrinking. Batches run in parallel.
+A mutant is *killed* when at least one case fails; the kill is *right* when one of the clauses
+named in its failure messages is one of the mutant's ``clauses``. The time to kill is the sum of
+the mutant's own case durations, in execution order, up to and including its first failure:
+what a run of that mutant alone with ``-x`` would take, startup excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import pkgutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Verdict:
+    mutant: str
+    family: str
+    doc: str
+    expected: list[str]
+    killed: bool = False
+    killing_clauses: list[str] = field(default_factory=list)
+    right_clause: bool = False
+    seconds_to_kill: float | None = None
+    cases: int = 0
+
+
+def families(package: str = "mutants") -> list[str]:
+    """Module names of the mutant catalogue, e.g. ``mutants.activations``."""
+    root = importlib.import_module(package)
+    return [f"{package}.{m.name}" for m in pkgutil.iter_modules(root.__path__) if not m.name.startswith("_")]
+
+
+def run_batch(module_name: str, *, profile: str, workdir: Path, extra: list[str]) -> dict:
+    """One pytest process for one mutant module; returns its --opconform-json document."""
+    module = importlib.import_module(module_name)
+    report = workdir / f"{module_name}.json"
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+        "--pyargs", *module.PROPERTIES,
+        f"--backend-module={module_name}:BACKENDS", f"--hypothesis-profile={profile}",
+        f"--opconform-json={report}", *extra,
+    ]  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
+    if not report.exists():
+        raise RuntimeError(
+            f"{module_name}: pytest wrote no results (exit {proc.returncode}):\n"
+            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    document = json.loads(report.read_text())
+    document["wall_seconds"] = round(time.monotonic() - started, 2)
+    return document
+
+
+def verdicts(module_name: str, document: dict) -> list[Verdict]:
+    module = importlib.import_module(module_name)
+    family = module_name.rsplit(".", 1)[-1]
+    entries = sorted(document["results"], key=lambda e: (e.get("start") or 0, e["nodeid"]))
+    out = []
+    for mutant in module.BACKENDS:
+        verdict = Verdict(
+            mutant=mutant.name,
+            family=family,
+            doc=(type(mutant).__doc__ or "").strip().splitlines()[0],
+            expected=sorted(mutant.clauses),
+        )
+        elapsed = 0.0
+        for entry in (e for e in entries if e["backend"] == mutant.name):
+            verdict.cases += 1
+            elapsed += entry.get("duration", 0.0)
+            if entry["outcome"] != "failed":
+                continue
+            named = [c for c in entry["clauses"] if f"[{c}]" in entry.get("message", "")]
+            if not verdict.killed:
+                verdict.killed, verdict.seconds_to_kill = True, round(elapsed, 3)
+            verdict.killing_clauses = sorted(set(verdict.killing_clauses) | set(named))
+        verdict.right_clause = bool(set(verdict.killing_clauses) & set(verdict.expected))
+        out.append(verdict)
+    return out
+
+
+def summary(all_verdicts: list[Verdict]) -> dict:
+    times = [v.seconds_to_kill for v in all_verdicts if v.seconds_to_kill is not None]
+    right = sum(v.killed and v.right_clause for v in all_verdicts)
+    return {
+        "mutants": len(all_verdicts),
+        "killed": sum(v.killed for v in all_verdicts),
+        "killed_by_right_clause": right,
+        "score": round(right / len(all_verdicts), 4) if all_verdicts else None,
+        "median_seconds_to_kill": round(statistics.median(times), 3) if times else None,
+        "worst_seconds_to_kill": round(max(times), 3) if times else None,
+    }
+
+
+def markdown(all_verdicts: list[Verdict], totals: dict) -> str:
+    lines = [
+        "| mutant | family | verdict | killed by | expected | time to kill (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in all_verdicts:
+        state = (
+            "killed" if v.killed and v.right_clause else ("killed, wrong clause" if v.killed else "SURVIVED")
+        )
+        ttk = f"{v.seconds_to_kill:.2f}" if v.seconds_to_kill is not None else "-"
+        lines.append(
+            f"| {v.mutant} | {v.family} | {state} | {', '.join(v.killing_clauses) or '-'} | "
+            f"{', '.join(v.expected)} | {ttk} |"
+        )
+    lines.append("")
+    lines.append(
+        f"Mutation score {totals['killed_by_right_clause']}/{totals['mutants']} "
+        f"(killed by one of the expected clauses); median time to kill "
+        f"{totals['median_seconds_to_kill']} s, worst {totals['worst_seconds_to_kill']} s."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="opconform mutants", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="mutant module to run (e.g. activations; repeatable; default: all)",
+    )
+    parser.add_argument("--profile", default="ci-noshrink", help="Hypothesis profile (default: ci-noshrink)")
+    parser.add_argument(
+        "--jobs", "-j", type=int, default=os.cpu_count() or 1, help="parallel pytest processes"
+    )
+    parser.add_argument("--out", type=Path, default=Path("."), help="where kill-matrix.json/.md go")
+    args, extra = parser.parse_known_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    known = families()
+    selected = [f"mutants.{name}" for name in args.family] or known
+    unknown = [name for name in selected if name not in known]
+    if unknown:
+        parser.error(f"--family: unknown {unknown}; known: {[k.split('.', 1)[1] for k in known]}")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        documents = dict(
+            zip(
+                selected,
+                pool.map(
+                    lambda name: run_batch(name, profile=args.profile, workdir=Path(tmp), extra=extra),
+                    selected,
+                ),
+                strict=True,
+            )
+        )
+    all_verdicts = [v for name in selected for v in verdicts(name, documents[name])]
+    totals = summary(all_verdicts) | {
+        "wall_seconds": round(time.monotonic() - started, 2),
+        "profile": args.profile,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "kill-matrix.json").write_text(
+        json.dumps(
+            {
+                "schema": "opconform-kill-matrix",
+                "version": SCHEMA_VERSION,
+                "summary": totals,
+                "batches": {name: documents[name]["wall_seconds"] for name in selected},
+                "mutants": [asdict(v) for v in all_verdicts],
+            },
+            indent=1,
+        )
+    )
+    text = markdown(all_verdicts, totals)
+    (args.out / "kill-matrix.md").write_text(text)
+    print(
+        text
+        + f"Wall time {totals['wall_seconds']} s; wrote {args.out / 'kill-matrix.json'} and kill-matrix.md"
+    )
+    return 0 if totals["killed_by_right_clause"] == totals["mutants"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
