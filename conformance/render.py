@@ -148,8 +148,9 @@ _CLASS = {
     rep.SKIP: "skip",
     rep.NOT_IMPLEMENTED: "ni",
 }
-# Filters hide rows (family) and columns (backend, device). window.onerror records any error in
-# the page so a headless browser check can read it from the DOM.
+# Filters hide rows (family) and columns (backend, device); ?backend=X&device=Y&family=Z
+# preset them. window.onerror records any error in the page, so a headless browser check can
+# read it from the DOM.
 _JS = """
 (function(){
   var errors=document.getElementById('js-errors');
@@ -166,8 +167,11 @@ _JS = """
       el.classList.toggle('hidden', hide);
     });
   }
-  ['f-family','f-backend','f-device'].forEach(function(id){
-    document.getElementById(id).addEventListener('change',apply);
+  var query=new URLSearchParams(window.location.search);
+  ['family','backend','device'].forEach(function(name){
+    var select=document.getElementById('f-'+name);
+    if(query.has(name)){select.value=query.get(name);}
+    select.addEventListener('change',apply);
   });
   apply();
   document.documentElement.setAttribute('data-opconform-ready','1');

@@ -137,7 +137,7 @@ def backend_summary(document: dict) -> dict[str, Counter]:
     summary: dict[str, Counter] = defaultdict(Counter)
     for result in document["results"]:
         summary[column_of(result)][case_state(result)] += 1
-    return dict(summary)
+    return {column: summary[column] for column in build_matrix(document).columns}
 
 
 def coverage(document: dict, matrix: Matrix | None = None) -> dict:
