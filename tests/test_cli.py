@@ -61,3 +61,19 @@ def test_diff_and_merge_reject_bad_reports(tmp_path, capsys, content, words):
     assert cli.main(["merge", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}: {words}" in err
+
+
+def test_ci_workflow_is_valid_and_its_tox_envs_exist():
+    """conformance.yml parses; each matrix device runs a tox env that tox.ini defines."""
+    import configparser
+    from pathlib import Path
+
+    yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse the workflow")
+    root = Path(__file__).resolve().parent.parent
+    workflow = yaml.safe_load((root / ".github/workflows/conformance.yml").read_text())
+    devices = [entry["device"] for entry in workflow["jobs"]["device"]["strategy"]["matrix"]["include"]]
+    assert devices == ["cpu", "cuda", "npu"] and "tox -e ${{ matrix.device }}" in str(workflow)
+    assert workflow["jobs"]["merge"]["needs"] == "device"
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(root / "tox.ini")
+    assert {f"testenv:{d}" for d in devices} | {"testenv:lint"} <= set(tox.sections())
