@@ -18,11 +18,27 @@ RERUN_OPTIONS: list[str] = []
 
 
 class ConformanceError(AssertionError):
-    """A backend broke a clause. ``clause`` is the clause ID; the message starts with it."""
+    """A backend broke a clause. ``clause`` is the clause ID; the message starts with it.
 
-    def __init__(self, clause: str, message: str):
-        super().__init__(f"[{clause}] {message}\n  rerun: {rerun_command()}")
+    The other attributes are the structured facts the results report records: the rerun
+    command and, for numeric comparisons, the dtype and the largest absolute/relative error.
+    """
+
+    def __init__(
+        self,
+        clause: str,
+        message: str,
+        *,
+        dtype: torch.dtype | None = None,
+        max_abs_error: float | None = None,
+        max_rel_error: float | None = None,
+    ):
+        self.rerun = rerun_command()
+        super().__init__(f"[{clause}] {message}\n  rerun: {self.rerun}")
         self.clause = clause
+        self.dtype = dtype
+        self.max_abs_error = max_abs_error
+        self.max_rel_error = max_rel_error
 
 
 def rerun_command() -> str:
@@ -64,7 +80,9 @@ def assert_close(
         tol = tolerance(family, actual.dtype)
     if tuple(actual.shape) != tuple(expected.shape):
         raise ConformanceError(
-            clause, f"{context}: output shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+            clause,
+            f"{context}: output shape {tuple(actual.shape)}, expected {tuple(expected.shape)}",
+            dtype=actual.dtype,
         )
     got = actual.detach().to("cpu", torch.float64)
     want = expected.detach().to("cpu", torch.float64)
@@ -74,8 +92,8 @@ def assert_close(
     abs_err = torch.where(finite, (got - want).abs(), torch.zeros_like(got))
     atol = tol.atol if atol_scale is None else tol.atol * atol_scale.detach().to("cpu", torch.float64)
     allowed = atol + tol.rtol * want.abs()
-    bad = nan_mismatch | inf_mismatch | (torch.isfinite(want) & ~torch.isfinite(got))
-    bad |= finite & (abs_err > allowed)
+    nonfinite_bad = nan_mismatch | inf_mismatch | (torch.isfinite(want) & ~torch.isfinite(got))
+    bad = nonfinite_bad | (finite & (abs_err > allowed))
     if not bool(bad.any()):
         return
     rel_err = abs_err / want.abs().clamp_min(torch.finfo(torch.float64).tiny)
@@ -100,7 +118,14 @@ def assert_close(
             f"rel {rel_err.flatten()[flat].item():.3g}, allowed {allowed_flat[flat].item():.3g}; "
             f"got {got[where].item()!r}, expected {want[where].item()!r}"
         )
-    raise ConformanceError(clause, "\n".join(lines))
+    raise ConformanceError(
+        clause,
+        "\n".join(lines),
+        dtype=actual.dtype,
+        # A NaN/inf where a number was expected is an unbounded error (for declared deviations).
+        max_abs_error=float("inf") if bool(nonfinite_bad.any()) else abs_err.flatten()[worst_abs].item(),
+        max_rel_error=rel_err.flatten()[worst_rel].item(),
+    )
 
 
 def check(condition: bool, *, clause: str, message: str) -> None:

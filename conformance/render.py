@@ -1,0 +1,276 @@
+"""Renderings of a results document: terminal text, Markdown and a self-contained HTML page."""
+
+from __future__ import annotations
+
+import html
+import json
+
+from conformance import report as rep
+
+SHORT = {
+    rep.FAIL: "FAIL",
+    rep.EXPECTED: "xfail",
+    rep.XPASS: "XPASS",
+    rep.PASS: "pass",
+    rep.SKIP: "skip",
+    rep.NOT_IMPLEMENTED: "n/i",
+}
+LEGEND = (
+    "pass: conforms; FAIL: breaks the clause; xfail: fails as a manifest declares; "
+    "XPASS: passes although a manifest declares a failure (remove the entry); skip: skipped "
+    "(reason in the report); n/i: the backend does not implement the op; -: not run"
+)
+
+
+def _cell_text(cell: rep.Cell | None) -> str:
+    if cell is None:
+        return "-"
+    counts = cell.counts
+    state = cell.state
+    return SHORT[state] + (
+        f" {counts[state]}/{sum(counts.values())}" if state in (rep.FAIL, rep.EXPECTED) else ""
+    )
+
+
+def _summary_line(column: str, counts) -> str:
+    parts = [f"{counts[s]} {s}" for s in rep.STATES if counts[s]]
+    return f"{column}: " + ", ".join(parts)
+
+
+def text(document: dict) -> str:
+    """Per-backend summary, the matrix, failures with their rerun commands, expectation notes."""
+    matrix = rep.build_matrix(document)
+    lines = ["opconform summary (cases per backend@device):"]
+    for column, counts in rep.backend_summary(document).items():
+        lines.append("  " + _summary_line(column, counts))
+    rows = [r for r in matrix.rows if any((r, c) in matrix.cells for c in matrix.columns)]
+    width = max([len(r) for r in rows] + [6])
+    widths = [max(len(c), 9) for c in matrix.columns]
+    lines += [
+        "",
+        "clause".ljust(width)
+        + "  "
+        + "  ".join(c.ljust(w) for c, w in zip(matrix.columns, widths, strict=True)),
+    ]
+    for row in rows:
+        cells = [
+            _cell_text(matrix.cell(row, c)).ljust(w) for c, w in zip(matrix.columns, widths, strict=True)
+        ]
+        lines.append(row.ljust(width) + "  " + "  ".join(cells).rstrip())
+    lines.append(f"({LEGEND})")
+    lines += _notes(document, matrix, bullet="  ")
+    return "\n".join(lines)
+
+
+def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s) -> list[str]:
+    lines = []
+    failures = rep.failures(document)
+    if failures:
+        lines += ["", f"Failures ({len(failures)}):"]
+        for result in failures:
+            failure = result.get("failure") or {}
+            largest = failure.get("largest_abs_error")
+            facts = [f"clause {failure.get('clause') or ','.join(result.get('clauses', []))}"]
+            if failure.get("dtype") or result.get("dtype"):
+                facts.append(f"dtype {failure.get('dtype') or result.get('dtype')}")
+            if largest is not None:
+                facts.append(f"largest abs error {largest:.3g}")
+            lines.append(f"{bullet}{result['nodeid']} ({', '.join(facts)})")
+            if failure.get("rerun"):
+                lines.append(f"{bullet}  rerun: {code(failure['rerun'])}")
+    notes = [e for e in document.get("expectations") or [] if e.get("status") in ("stale", "unexpected pass")]
+    if notes:
+        lines += ["", "Expectations to update:"]
+        for entry in notes:
+            target = entry.get("clause") or entry.get("test")
+            if entry["status"] == "stale":
+                lines.append(
+                    f"{bullet}{entry['id']}: stale, matches no case of {entry['backend']} ({target})"
+                )
+            else:
+                lines.append(f"{bullet}{entry['id']}: unexpected pass of {target}: remove this entry")
+    uncovered = rep.coverage(document, matrix)["uncovered"]
+    if uncovered:
+        lines += ["", f"Clauses no case checked in this run: {', '.join(uncovered)}"]
+    return lines
+
+
+def _md_escape(value: str) -> str:
+    return value.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(document: dict) -> str:
+    matrix = rep.build_matrix(document)
+    lines = ["# opconform conformance report", ""]
+    runs = document.get("merged_from") or [document]
+    for run in runs:
+        lines.append(
+            f"- {run.get('name', 'run')}: host `{run.get('host')}`, devices {run.get('devices')}, "
+            f"torch {run.get('torch')}, profile {run.get('profile')}, created {run.get('created')}"
+        )
+    lines += ["", "## Summary", "", "| backend@device | " + " | ".join(rep.STATES) + " |"]
+    lines.append("|---" * (len(rep.STATES) + 1) + "|")
+    for column, counts in rep.backend_summary(document).items():
+        lines.append(f"| {column} | " + " | ".join(str(counts[s]) for s in rep.STATES) + " |")
+    lines += ["", "## Matrix", "", "| family | clause | " + " | ".join(matrix.columns) + " |"]
+    lines.append("|---" * (len(matrix.columns) + 2) + "|")
+    for row in matrix.rows:
+        cells = []
+        for column in matrix.columns:
+            cell = matrix.cell(row, column)
+            label = _cell_text(cell)
+            if cell is not None and cell.state in (rep.SKIP, rep.EXPECTED) and cell.reasons:
+                label += f" ({_md_escape('; '.join(cell.reasons))[:120]})"
+            elif cell is None and row in matrix.rules:
+                label = "rule"
+            cells.append(label)
+        lines.append(f"| {matrix.families.get(row, '-')} | {row} | " + " | ".join(cells) + " |")
+    lines += ["", f"_{LEGEND}_"]
+    lines += _notes(document, matrix, bullet="- ", code=lambda s: f"`{s}`")
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:3px 6px;text-align:left}
+th{background:#f4f4f4;position:sticky;top:0}td.st{text-align:center;white-space:nowrap}
+.pass{background:#d9f2d9}.fail{background:#f8c9c9;font-weight:bold}.xfail{background:#fde9b8}
+.xpass{background:#d5e3fb}.skip{background:#eee;color:#666}.ni{background:#fafafa;color:#999}
+.none{color:#bbb}.hidden{display:none}#filters label{margin-right:1em}
+details{margin:.4em 0}pre{background:#f7f7f7;padding:.5em;overflow:auto;max-height:20em}
+code{background:#f2f2f2;padding:0 3px}
+"""
+_CLASS = {
+    rep.FAIL: "fail",
+    rep.EXPECTED: "xfail",
+    rep.XPASS: "xpass",
+    rep.PASS: "pass",
+    rep.SKIP: "skip",
+    rep.NOT_IMPLEMENTED: "ni",
+}
+# Filters hide rows (family) and columns (backend, device); ?backend=X&device=Y&family=Z
+# preset them. window.onerror records any error in the page, so a headless browser check can
+# read it from the DOM.
+_JS = """
+(function(){
+  var errors=document.getElementById('js-errors');
+  window.addEventListener('error',function(e){errors.textContent+=String(e.message)+'\\n';});
+  function apply(){
+    var fam=document.getElementById('f-family').value,
+        be=document.getElementById('f-backend').value,
+        dev=document.getElementById('f-device').value;
+    document.querySelectorAll('#matrix tr[data-family]').forEach(function(tr){
+      tr.classList.toggle('hidden', fam!=='' && tr.dataset.family!==fam);
+    });
+    document.querySelectorAll('#matrix [data-column]').forEach(function(el){
+      var hide=(be!=='' && el.dataset.backend!==be)||(dev!=='' && el.dataset.device!==dev);
+      el.classList.toggle('hidden', hide);
+    });
+  }
+  var query=new URLSearchParams(window.location.search);
+  ['family','backend','device'].forEach(function(name){
+    var select=document.getElementById('f-'+name);
+    if(query.has(name)){select.value=query.get(name);}
+    select.addEventListener('change',apply);
+  });
+  apply();
+  document.documentElement.setAttribute('data-opconform-ready','1');
+})();
+"""
+
+
+def _options(element_id: str, label: str, values) -> str:
+    options = "".join(f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in values)
+    return f'<label>{label} <select id="{element_id}"><option value="">all</option>{options}</select></label>'
+
+
+def html_page(document: dict) -> str:
+    """A static page (no server, no network): summary, filterable matrix, failures, expectations."""
+    esc = html.escape
+    matrix = rep.build_matrix(document)
+    backends = sorted({c.split("@")[0] for c in matrix.columns})
+    devices = sorted({c.split("@")[1] for c in matrix.columns})
+    families = sorted({matrix.families.get(r, "-") for r in matrix.rows})
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<title>opconform conformance report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>opconform conformance report</h1>",
+    ]
+    for run in document.get("merged_from") or [document]:
+        parts.append(
+            f"<p>{esc(str(run.get('name', 'run')))}: host <code>{esc(str(run.get('host')))}</code>, "
+            f"devices {esc(str(run.get('devices')))}, torch {esc(str(run.get('torch')))}, "
+            f"profile {esc(str(run.get('profile')))}, created {esc(str(run.get('created')))}</p>"
+        )
+    parts.append("<h2>Summary</h2><table id='summary'><tr><th>backend@device</th>")
+    parts += [f"<th>{esc(s)}</th>" for s in rep.STATES] + ["</tr>"]
+    for column, counts in rep.backend_summary(document).items():
+        parts.append(f"<tr><td>{esc(column)}</td>" + "".join(f"<td>{counts[s]}</td>" for s in rep.STATES))
+        parts.append("</tr>")
+    parts.append("</table><h2>Matrix</h2><div id='filters'>")
+    parts += [
+        _options("f-family", "family", families),
+        _options("f-backend", "backend", backends),
+        _options("f-device", "device", devices),
+        "</div><table id='matrix'><thead><tr><th>family</th><th>clause</th>",
+    ]
+    for column in matrix.columns:
+        backend, device = column.split("@")
+        parts.append(
+            f"<th data-column data-backend='{esc(backend)}' data-device='{esc(device)}'>{esc(column)}</th>"
+        )
+    parts.append("</tr></thead><tbody>")
+    for row in matrix.rows:
+        family = matrix.families.get(row, "-")
+        parts.append(
+            f"<tr data-family='{esc(family)}'><td>{esc(family)}</td>"
+            f"<td title='{esc(matrix.titles.get(row, ''))}'>{esc(row)}</td>"
+        )
+        for column in matrix.columns:
+            backend, device = column.split("@")
+            cell = matrix.cell(row, column)
+            state_class = _CLASS[cell.state] if cell else "none"
+            title = "; ".join(cell.reasons) if cell else (matrix.rules.get(row) or "not run")
+            label = _cell_text(cell) if cell or row not in matrix.rules else "rule"
+            parts.append(
+                f"<td class='st {state_class}' data-column data-backend='{esc(backend)}' "
+                f"data-device='{esc(device)}' title='{esc(title)}'>{esc(label)}</td>"
+            )
+        parts.append("</tr>")
+    parts.append(f"</tbody></table><p><small>{esc(LEGEND)}</small></p>")
+    failures = rep.failures(document)
+    parts.append(f"<h2>Failures ({len(failures)})</h2>")
+    for result in failures:
+        failure = result.get("failure") or {}
+        parts.append(
+            f"<details class='failure'><summary>{esc(result['nodeid'])}</summary>"
+            f"<p>clauses {esc(', '.join(result.get('clauses', [])))}; dtype "
+            f"{esc(str(failure.get('dtype') or result.get('dtype')))}; largest abs error "
+            f"{esc(str(failure.get('largest_abs_error')))}; largest rel error "
+            f"{esc(str(failure.get('largest_rel_error')))}</p>"
+            f"<p>rerun: <code>{esc(str(failure.get('rerun')))}</code></p>"
+            f"<pre>{esc(result.get('message', ''))}</pre></details>"
+        )
+    entries = document.get("expectations") or []
+    if entries:
+        parts.append("<h2>Expectations</h2><table id='expectations'><tr><th>entry</th><th>backend</th>")
+        parts.append("<th>target</th><th>reason</th><th>status</th><th>note</th></tr>")
+        for entry in entries:
+            target = entry.get("clause") or entry.get("test")
+            status = entry.get("status", "")
+            hint = " (remove this entry)" if status == "unexpected pass" else ""
+            parts.append(
+                f"<tr><td>{esc(entry['id'])}</td><td>{esc(entry['backend'])}</td><td>{esc(str(target))}</td>"
+                f"<td>{esc(entry['reason'])}</td><td>{esc(status + hint)}</td>"
+                f"<td>{esc(entry.get('note', ''))}</td></tr>"
+            )
+        parts.append("</table>")
+    uncovered = rep.coverage(document, matrix)["uncovered"]
+    uncovered_text = esc(", ".join(uncovered) or "none")
+    parts.append(f"<h2>Coverage</h2><p id='uncovered'>Clauses no case checked: {uncovered_text}</p>")
+    # The raw document, for scripts that scrape the page; "</" cannot end the script element.
+    raw = json.dumps({k: v for k, v in document.items() if k != "results"}).replace("</", "<\\/")
+    parts.append(f"<script type='application/json' id='opconform-meta'>{raw}</script>")
+    parts.append(f"<pre id='js-errors'></pre><script>{_JS}</script></body></html>")
+    return "".join(parts)

@@ -1,0 +1,240 @@
+"""The conformance report: load, merge and diff results documents, and build the matrix.
+
+A results document is what the plugin writes with ``--opconform-json`` (schema
+``opconform-results``); ``opconform run`` saves it as report.json. The matrix is derived from
+it: rows are spec clauses, columns ``backend@device``, and each cell aggregates the cases that
+check that clause there. Rendering lives in ``conformance.render``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA = "opconform-results"
+SUPPORTED_VERSIONS = (1, 2)
+
+# Cell and case states, most severe first: a cell shows the most severe state of its cases.
+FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
+    "fail",
+    "expected failure",
+    "unexpected pass",
+    "pass",
+    "skip",
+    "not implemented",
+)
+STATES = (FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED)
+NO_CLAUSE = "(no clause)"
+RUN_FIELDS = ("host", "created", "torch", "profile", "devices", "backends")
+
+
+class ReportError(ValueError):
+    """A file that is not a readable opconform results document."""
+
+
+def load(path: str | Path) -> dict:
+    """Read and check a results document; errors name the file and what was expected."""
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such report file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReportError(f"{path}: not a JSON report: {exc}") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise ReportError(f'{path}: not an opconform report (expected "schema": "{SCHEMA}")')
+    if document.get("version") not in SUPPORTED_VERSIONS:
+        raise ReportError(
+            f"{path}: report version {document.get('version')!r}; this opconform reads {SUPPORTED_VERSIONS}"
+        )
+    if not isinstance(document.get("results"), list):
+        raise ReportError(f'{path}: report has no "results" list')
+    return document
+
+
+def case_state(result: dict) -> str:
+    outcome = result["outcome"]
+    if outcome == "passed":
+        verdict = (result.get("expectation") or {}).get("verdict")
+        return XPASS if verdict == "unexpected pass" else PASS
+    if outcome == "failed":
+        return FAIL
+    if outcome == "expected failure":
+        return EXPECTED
+    if outcome == "not implemented":
+        return NOT_IMPLEMENTED
+    return SKIP
+
+
+def column_of(result: dict) -> str:
+    return f"{result.get('backend') or '-'}@{result.get('device') or '-'}"
+
+
+@dataclass
+class Cell:
+    cases: list[dict] = field(default_factory=list)
+
+    @property
+    def counts(self) -> Counter:
+        return Counter(case_state(c) for c in self.cases)
+
+    @property
+    def state(self) -> str:
+        counts = self.counts
+        return next(s for s in STATES if counts[s])
+
+    @property
+    def reasons(self) -> list[str]:
+        return sorted({c["reason"] for c in self.cases if c.get("reason")})
+
+    @property
+    def failures(self) -> list[dict]:
+        return [c for c in self.cases if case_state(c) == FAIL]
+
+
+@dataclass
+class Matrix:
+    rows: list[str]  # clause IDs, spec order, then clauses only the results name
+    columns: list[str]  # backend@device
+    cells: dict[tuple[str, str], Cell]
+    families: dict[str, str]  # clause -> family
+    titles: dict[str, str]
+    rules: dict[str, str]  # rule clauses -> how they are applied
+
+    def cell(self, row: str, column: str) -> Cell | None:
+        return self.cells.get((row, column))
+
+
+def build_matrix(document: dict) -> Matrix:
+    clauses = document.get("clauses") or {}
+    cells: dict[tuple[str, str], Cell] = defaultdict(Cell)
+    extra_rows: list[str] = []
+    columns: list[str] = []
+    for result in document["results"]:
+        column = column_of(result)
+        if column not in columns:
+            columns.append(column)
+        for clause in result.get("clauses") or [NO_CLAUSE]:
+            if clause not in clauses and clause not in extra_rows:
+                extra_rows.append(clause)
+            cells[clause, column].cases.append(result)
+    order = {b: i for i, b in enumerate(document.get("backends") or [])}
+    columns.sort(key=lambda c: (order.get(c.split("@")[0], len(order)), c))
+    return Matrix(
+        rows=[*clauses, *sorted(extra_rows)],
+        columns=columns,
+        cells=dict(cells),
+        families={c: (info.get("family") or "-") for c, info in clauses.items()},
+        titles={c: info.get("title", "") for c, info in clauses.items()},
+        rules={c: info["rule"] for c, info in clauses.items() if info.get("rule")},
+    )
+
+
+def backend_summary(document: dict) -> dict[str, Counter]:
+    """backend@device -> case counts per state."""
+    summary: dict[str, Counter] = defaultdict(Counter)
+    for result in document["results"]:
+        summary[column_of(result)][case_state(result)] += 1
+    return {column: summary[column] for column in build_matrix(document).columns}
+
+
+def coverage(document: dict, matrix: Matrix | None = None) -> dict:
+    """Clauses no case checked at all, and per column the clauses checked elsewhere but not there.
+
+    A column where the backend lacks the op shows *not implemented*, which is covered; a gap is
+    a clause with no case at all in that column.
+    """
+    matrix = matrix or build_matrix(document)
+    spec_rows = [r for r in matrix.rows if r in (document.get("clauses") or {})]
+    checked = {row for row, _ in matrix.cells}
+    uncovered = [r for r in spec_rows if r not in checked and r not in matrix.rules]
+    gaps = {
+        column: [r for r in spec_rows if r in checked and (r, column) not in matrix.cells]
+        for column in matrix.columns
+    }
+    return {
+        "uncovered": uncovered,
+        "rules": sorted(matrix.rules),
+        "gaps": {c: rows for c, rows in gaps.items() if rows},
+    }
+
+
+def failures(document: dict) -> list[dict]:
+    return [r for r in document["results"] if case_state(r) == FAIL]
+
+
+def conforms(document: dict) -> bool:
+    """No unexpected failure (declared deviations, skips and unexpected passes are fine) and a
+    pytest run that completed (exit 0, or 1 for failures that the results then list)."""
+    return not failures(document) and document.get("exitstatus", 0) in (0, 1) and bool(document["results"])
+
+
+def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
+    """One document holding every run's results; each result and entry says which run it came from."""
+    names = names or [f"run{i}" for i in range(len(documents))]
+    merged: dict = {
+        "schema": SCHEMA,
+        "version": max(d["version"] for d in documents),
+        "merged_from": [],
+        "backends": [],
+        "devices": [],
+        "clauses": {},
+        "expectations": [],
+        "results": [],
+        "exitstatus": 0,
+        "duration": 0.0,
+    }
+    for name, document in zip(names, documents, strict=True):
+        merged["merged_from"].append(
+            {
+                "name": name,
+                **{
+                    k: document.get(k) for k in ("host", "created", "torch", "profile", "devices", "backends")
+                },
+                "exitstatus": document.get("exitstatus"),
+            }
+        )
+        for key in ("backends", "devices"):
+            merged[key] += [v for v in document.get(key) or [] if v not in merged[key]]
+        for clause, info in (document.get("clauses") or {}).items():
+            merged["clauses"].setdefault(clause, info)
+        merged["expectations"] += [{**e, "run": name} for e in document.get("expectations") or []]
+        merged["results"] += [{**r, "run": name} for r in document["results"]]
+        merged["exitstatus"] = max(merged["exitstatus"], int(document.get("exitstatus") or 0))
+        merged["duration"] += float(document.get("duration") or 0)
+    return merged
+
+
+def _case_key(result: dict) -> str:
+    return result["nodeid"]
+
+
+def diff(old: dict, new: dict) -> dict:
+    """Case by case: new failures (regressions), fixes, changed skips, and added/removed cases."""
+    before = {_case_key(r): r for r in old["results"]}
+    after = {_case_key(r): r for r in new["results"]}
+    changes: dict[str, list[dict]] = {k: [] for k in ("new failures", "fixes", "changed", "added", "removed")}
+    for key in sorted(before.keys() | after.keys()):
+        was, now = before.get(key), after.get(key)
+        item = {
+            "nodeid": key,
+            "clauses": (now or was).get("clauses", []),
+            "column": column_of(now or was),
+            "old": case_state(was) if was else None,
+            "new": case_state(now) if now else None,
+        }
+        if now and item["new"] == FAIL and item["old"] != FAIL:
+            item["rerun"] = (now.get("failure") or {}).get("rerun")
+            changes["new failures"].append(item)
+        elif was and item["old"] == FAIL and now and item["new"] != FAIL:
+            changes["fixes"].append(item)
+        elif was is None:
+            changes["added"].append(item)
+        elif now is None:
+            changes["removed"].append(item)
+        elif item["old"] != item["new"] or (was.get("reason") or "") != (now.get("reason") or ""):
+            item["old_reason"], item["new_reason"] = was.get("reason"), now.get("reason")
+            changes["changed"].append(item)
+    return changes

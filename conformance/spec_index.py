@@ -1,0 +1,85 @@
+"""The clause index: every ``### ID: title`` heading in spec/*.md.
+
+The spec ships with the package (``conformance/spec`` in an installed wheel, mapped from the
+repository's ``spec/`` by pyproject.toml), so the plugin can check clause names and the report
+can list uncovered clauses wherever the suite runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+CLAUSE_HEADING = re.compile(r"^###\s+([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)\s*:\s*(.+?)\s*$")
+
+# Clauses that state a rule applied inside other clauses' comparisons rather than a property of
+# their own; the coverage check accepts them without a test that names them.
+RULE_CLAUSES = {
+    "TOL-TABLE": "applied by conformance.checks.assert_close to every comparison",
+    "ACT-TOL": "applied through up_scale by every activation comparison",
+}
+
+
+@dataclass(frozen=True)
+class Clause:
+    id: str
+    title: str
+    family: str  # the spec file's stem, e.g. "activations"
+    file: str
+    line: int
+
+
+def spec_dir() -> Path:
+    """The spec directory: $OPCONFORM_SPEC_DIR, the repository's spec/, or the installed copy."""
+    override = os.environ.get("OPCONFORM_SPEC_DIR")
+    if override:
+        return Path(override)
+    package = Path(__file__).resolve().parent
+    for candidate in (package.parent / "spec", package / "spec"):
+        if candidate.is_dir() and any(candidate.glob("*.md")):
+            return candidate
+    raise FileNotFoundError(
+        f"no spec directory: looked for {package.parent / 'spec'} and {package / 'spec'} "
+        "(set OPCONFORM_SPEC_DIR to point at spec/)"
+    )
+
+
+def parse_clauses(path: Path) -> list[Clause]:
+    """The clauses of one spec file, in order; a repeated ID in one file is an error."""
+    found: list[Clause] = []
+    seen: dict[str, int] = {}
+    for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        match = CLAUSE_HEADING.match(text)
+        if not match:
+            continue
+        clause_id, title = match.groups()
+        if clause_id in seen:
+            raise ValueError(f"{path}:{number}: clause {clause_id} already defined at line {seen[clause_id]}")
+        seen[clause_id] = number
+        found.append(Clause(clause_id, title, path.stem, str(path), number))
+    return found
+
+
+@functools.cache
+def load_clauses(directory: str | None = None) -> dict[str, Clause]:
+    """Clause ID -> Clause for every spec file (README.md holds no clauses)."""
+    root = Path(directory) if directory else spec_dir()
+    clauses: dict[str, Clause] = {}
+    for path in sorted(root.glob("*.md")):
+        for clause in parse_clauses(path):
+            previous = clauses.get(clause.id)
+            if previous is not None:
+                raise ValueError(
+                    f"{clause.file}:{clause.line}: clause {clause.id} already defined at "
+                    f"{previous.file}:{previous.line}"
+                )
+            clauses[clause.id] = clause
+    return clauses
+
+
+def family_of(clause_id: str) -> str | None:
+    clause = load_clauses().get(clause_id)
+    return clause.family if clause else None

@@ -1,0 +1,79 @@
+"""The opconform command line: subcommand table, argument pass-through, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance import cli
+
+
+def _args(*argv: str):
+    return cli.build_parser().parse_args(["run", *argv])
+
+
+def test_subcommands_come_from_the_table():
+    """run, merge and diff are registered; each table entry resolves to a Command."""
+    assert {"run", "merge", "diff"} <= set(cli.COMMANDS)
+    for target in cli.COMMANDS.values():
+        assert isinstance(cli._resolve(target), cli.Command)
+
+
+def test_run_passes_options_and_pytest_args_through(tmp_path):
+    """--backend/--device/--backend-module/--profile/-n and args after -- reach pytest."""
+    args = _args("--backend", "native", "--device", "cpu", "--backend-module", "m:B", "--profile", "thorough",
+                 "-n", "2", "--", "-k", "geglu", "-x")  # fmt: skip
+    command = cli.pytest_command(args, tmp_path / "r.json")
+    assert command[1:5] == ["-m", "pytest", "--pyargs", "conformance"]
+    expected = ["--backend=native", "--device=cpu", "--backend-module=m:B", "--hypothesis-profile=thorough"]
+    assert set(expected + [f"--opconform-json={tmp_path / 'r.json'}"]) <= set(command)
+    assert command[-5:] == ["-n", "2", "-k", "geglu", "-x"]
+    assert "no:xdist" in cli.pytest_command(_args(), tmp_path / "r.json")
+
+
+def test_bad_profile_is_a_usage_error(capsys):
+    """An unknown --profile is rejected by the parser with the choices."""
+    with pytest.raises(SystemExit) as exit_info:
+        _args("--profile", "fast")
+    assert exit_info.value.code == 2 and "invalid choice: 'fast'" in capsys.readouterr().err
+
+
+def test_missing_expectations_path_is_an_error(tmp_path, capsys):
+    """opconform run refuses a manifest path that does not exist, naming it."""
+    assert cli.main(["run", "--expectations", str(tmp_path / "nope.toml"), "--out", str(tmp_path)]) == 2
+    assert "nope.toml: no such file or directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("{not json", "not a JSON report"),
+        (json.dumps({"schema": "other"}), "not an opconform report"),
+        (json.dumps({"schema": "opconform-results", "version": 99, "results": []}), "report version 99"),
+    ],
+)
+def test_diff_and_merge_reject_bad_reports(tmp_path, capsys, content, words):
+    """A file that is not a readable report is exit 2 with the file named."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    assert cli.main(["diff", str(bad), str(bad)]) == 2
+    assert cli.main(["merge", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: {words}" in err
+
+
+def test_ci_workflow_is_valid_and_its_tox_envs_exist():
+    """conformance.yml parses; each matrix device runs a tox env that tox.ini defines."""
+    import configparser
+    from pathlib import Path
+
+    yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse the workflow")
+    root = Path(__file__).resolve().parent.parent
+    workflow = yaml.safe_load((root / ".github/workflows/conformance.yml").read_text())
+    devices = [entry["device"] for entry in workflow["jobs"]["device"]["strategy"]["matrix"]["include"]]
+    assert devices == ["cpu", "cuda", "npu"] and "tox -e ${{ matrix.device }}" in str(workflow)
+    assert workflow["jobs"]["merge"]["needs"] == "device"
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(root / "tox.ini")
+    assert {f"testenv:{d}" for d in devices} | {"testenv:lint"} <= set(tox.sections())

@@ -1,0 +1,114 @@
+"""Expectations manifests: parsing, clear errors with file and line, matching and verdicts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance import spec_index
+from conformance.expectations import ManifestError, judge, load_manifest, load_manifests
+
+CLAUSES = spec_index.load_clauses()
+GOOD = """\
+backend = "npu"
+
+[[expect]]
+clause = "ACT-GEGLU"
+device = "npu"
+dtype = "bfloat16"
+reason = "deviation"
+bound = 2e-3
+
+[[expect]]
+test = "test_activations.py::test_npu_geglu_args*"
+reason = "bug"
+issue = "https://example.org/issues/7"
+"""
+
+
+def _load(tmp_path, text, name="npu.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return load_manifest(path, known_clauses=CLAUSES)
+
+
+def test_good_manifest_loads_with_lines(tmp_path):
+    """Entries keep their backend, fields and the line of their [[expect]] header."""
+    deviation, bug = _load(tmp_path, GOOD)
+    assert (deviation.backend, deviation.line, deviation.bound, deviation.dtype) == (
+        "npu",
+        3,
+        2e-3,
+        "bfloat16",
+    )
+    assert (bug.line, bug.reason, bug.issue) == (10, "bug", "https://example.org/issues/7")
+
+
+@pytest.mark.parametrize(
+    "bad, line, words",
+    [
+        ('reason = "deviation"', 7, "reason 'flaky' is not one of"),
+        ('clause = "ACT-GEGLU"', 4, "unknown clause 'ACT-NOPE'"),
+        ("bound = 2e-3", 3, "a deviation needs 'bound'"),
+        ('dtype = "bfloat16"', 6, "dtype 'bf16' is not one of"),
+        ('device = "npu"', 5, "device 'tpu' is not one of"),
+    ],
+)
+def test_bad_entry_names_file_and_line(tmp_path, bad, line, words):
+    """Unknown reason, unknown clause, missing bound, bad dtype/device: an error at FILE:LINE."""
+    replacement = {
+        'reason = "deviation"': 'reason = "flaky"',
+        'clause = "ACT-GEGLU"': 'clause = "ACT-NOPE"',
+        "bound = 2e-3": "",
+        'dtype = "bfloat16"': 'dtype = "bf16"',
+        'device = "npu"': 'device = "tpu"',
+    }[bad]
+    text = GOOD.replace(bad, replacement, 1)
+    with pytest.raises(ManifestError, match=rf"npu\.toml:{line}: {words}"):
+        _load(tmp_path, text)
+
+
+@pytest.mark.parametrize("pattern", ["test_geglu*", "a b.py::x", "test_x.py::t[1"])
+def test_malformed_pattern_is_an_error(tmp_path, pattern):
+    """A test pattern must be FILE.py::TEST with balanced brackets."""
+    text = GOOD.replace('"test_activations.py::test_npu_geglu_args*"', f'"{pattern}"')
+    with pytest.raises(ManifestError, match=r"npu\.toml:11: malformed test pattern"):
+        _load(tmp_path, text)
+
+
+def test_unknown_key_toml_error_and_missing_file(tmp_path):
+    """Unknown keys, TOML syntax errors and missing paths are errors naming the file."""
+    with pytest.raises(ManifestError, match=r"npu\.toml:13: unknown key 'isue'"):
+        _load(tmp_path, GOOD.replace("issue =", "isue ="))
+    with pytest.raises(ManifestError, match=r"npu\.toml: not valid TOML: .*line 1"):
+        _load(tmp_path, "backend = \n")
+    with pytest.raises(ManifestError, match="no such expectations file"):
+        load_manifests([tmp_path / "missing.toml"], known_clauses=CLAUSES)
+    with pytest.raises(ManifestError, match=r"npu\.toml:3: give exactly one of 'clause'"):
+        _load(tmp_path, GOOD.replace('clause = "ACT-GEGLU"', ""))
+
+
+def test_matching_and_verdicts(tmp_path):
+    """Matching respects backend, device, clause and dtype; a deviation beyond its bound is not expected."""
+    deviation, bug = _load(tmp_path, GOOD)
+    case = dict(
+        nodeid="x/test_activations.py::test_geglu_matches_oracle[npu-npu]", backend="npu", device="npu"
+    )
+    assert deviation.matches(**case, clauses=["ACT-GEGLU"], dtype="bfloat16") == "yes"
+    assert deviation.matches(**case, clauses=["ACT-GEGLU"], dtype=None) == "maybe"
+    assert deviation.matches(**case, clauses=["ACT-GEGLU"], dtype="float32") == "no"
+    assert deviation.matches(**{**case, "backend": "native"}, clauses=["ACT-GEGLU"], dtype="bfloat16") == "no"
+    assert bug.matches(**{**case, "nodeid": "test_activations.py::test_npu_geglu_args[npu-npu-tanh]"},
+                       clauses=[], dtype=None) == "yes"  # fmt: skip
+    assert judge([deviation], outcome="failed", largest_error=1e-3)[0] == "expected"
+    assert judge([deviation], outcome="failed", largest_error=1e-2)[0] == "exceeds bound"
+    assert judge([bug], outcome="passed", largest_error=None)[0] == "unexpected pass"
+
+
+def test_shipped_manifests_are_valid(tmp_path):
+    """The repository's expectations/ manifests and the example load cleanly."""
+    directory = Path(__file__).resolve().parent.parent / "expectations"
+    assert [e.backend for e in load_manifests([directory], known_clauses=CLAUSES)] == []
+    example = _load(tmp_path, (directory / "example.toml.txt").read_text())
+    assert sorted(e.reason for e in example) == ["bug", "deviation", "intermittent", "unsupported"]

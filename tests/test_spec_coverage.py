@@ -1,0 +1,75 @@
+"""Spec coverage: every clause in spec/ is checked by a property; unknown clauses fail collection."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from conformance import spec_index
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _named_clauses() -> dict[str, list[str]]:
+    """clause ID -> the conformance tests that name it with @pytest.mark.clause."""
+    named: dict[str, list[str]] = {}
+    for path in sorted((REPO / "conformance").glob("test_*.py")):
+        module = importlib.import_module(f"conformance.{path.stem}")
+        module_marks = list(getattr(module, "pytestmark", []))
+        for name, obj in vars(module).items():
+            if not name.startswith("test_") or not callable(obj):
+                continue
+            for mark in module_marks + list(getattr(obj, "pytestmark", [])):
+                if mark.name == "clause":
+                    for clause in mark.args:
+                        named.setdefault(clause, []).append(f"{path.name}::{name}")
+    return named
+
+
+def test_every_spec_clause_is_checked_by_a_property():
+    """Each clause heading in spec/*.md is named by at least one conformance test (or is a rule)."""
+    clauses = spec_index.load_clauses(str(REPO / "spec"))
+    named = _named_clauses()
+    unchecked = [c for c in clauses if c not in named and c not in spec_index.RULE_CLAUSES]
+    assert not unchecked, f"spec clauses no conformance test names: {unchecked}"
+
+
+def test_rule_clauses_exist_and_properties_name_only_spec_clauses():
+    """The rule list and the clause marks refer to real spec clauses."""
+    clauses = spec_index.load_clauses(str(REPO / "spec"))
+    assert set(spec_index.RULE_CLAUSES) <= set(clauses)
+    assert set(_named_clauses()) <= set(clauses)
+
+
+def test_spec_index_rejects_duplicate_clauses(tmp_path):
+    """A clause ID defined twice is an error naming both places."""
+    (tmp_path / "a.md").write_text("### X-ONE: first\n")
+    (tmp_path / "b.md").write_text("text\n### X-ONE: again\n")
+    with pytest.raises(ValueError, match=r"b\.md:2: clause X-ONE already defined at .*a\.md:1"):
+        spec_index.load_clauses(str(tmp_path))
+
+
+def test_unknown_clause_fails_collection(tmp_path):
+    """A property that names a clause missing from spec/ is a collection error, not a silent pass."""
+    (tmp_path / "test_bogus.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.clause('ACT-NO-SUCH-CLAUSE')\n"
+        "def test_bogus(backend, device):\n"
+        "    assert True\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    # The plugin comes from the pytest11 entry point when the package is installed.
+    installed = any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+               *([] if installed else ["-p", "conformance.plugin"]),
+               "--backend=native", str(tmp_path / "test_bogus.py")]  # fmt: skip
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output  # pytest: interrupted by collection errors
+    assert "unknown clause(s) ['ACT-NO-SUCH-CLAUSE']" in output and "1 error" in output, output
