@@ -52,6 +52,37 @@ settings.register_profile(
 )
 
 
+def _register_shared_profile() -> None:
+    """"ci-shared": the ci settings, randomized, replaying examples that other CI jobs found.
+
+    Enabled by OPCONFORM_SHARED_DB=OWNER/REPO: the local example database is multiplexed with a
+    read-only view of the GitHub artifact ``hypothesis-example-db`` (needs GITHUB_TOKEN), so a
+    counterexample found on one device's runner is replayed on the others (README, CI section).
+    """
+    target = os.environ.get("OPCONFORM_SHARED_DB")
+    if not target:
+        return
+    from hypothesis.database import (
+        DirectoryBasedExampleDatabase,
+        GitHubArtifactDatabase,
+        MultiplexedDatabase,
+        ReadOnlyDatabase,
+    )
+
+    owner, _, repo = target.partition("/")
+    if not owner or not repo:
+        raise ValueError(f"OPCONFORM_SHARED_DB must look like OWNER/REPO, got {target!r}")
+    shared = ReadOnlyDatabase(GitHubArtifactDatabase(owner, repo))
+    local = DirectoryBasedExampleDatabase(".hypothesis/examples")
+    settings.register_profile(
+        "ci-shared", parent=settings.get_profile("ci"), derandomize=False,
+        database=MultiplexedDatabase(local, shared),
+    )  # fmt: skip
+
+
+_register_shared_profile()
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("opconform")
     group.addoption(
@@ -323,6 +354,7 @@ class ResultsRecorder:
             "when": report.when,
             "outcome": report.outcome,
             "duration": round(report.duration, 6),
+            "start": round(getattr(report, "start", 0.0), 6),  # orders cases in execution order
             **info,
             **properties.get("opconform_case", {}),
         }
@@ -391,8 +423,7 @@ class ResultsRecorder:
             "duration": round(time.time() - self.started, 3),
             "exitstatus": int(exitstatus),
             "clauses": {
-                c.id: {"title": c.title, "family": c.family, "rule": spec_index.RULE_CLAUSES.get(c.id)}
-                for c in clauses.values()
+                c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()
             },
             "expectations": self.expectation_status(),
             "results": sorted(self.results, key=lambda e: (e["nodeid"], e["when"])),
