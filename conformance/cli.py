@@ -173,6 +173,7 @@ COMMANDS: dict[str, str] = {
     "run": "conformance.cli:RUN",
     "merge": "conformance.cli:MERGE",
     "diff": "conformance.cli:DIFF",
+    "mutants": "conformance.mutation:MUTANTS",
 }
 
 

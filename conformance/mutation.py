@@ -133,58 +133,55 @@ def markdown(all_verdicts: list[Verdict], totals: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="opconform mutants", description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--family",
         action="append",
         default=[],
         metavar="NAME",
-        help="mutant module to run (e.g. activations; repeatable; default: all)",
+        help="mutant module to run, e.g. activations (repeatable; default: all)",
     )
-    parser.add_argument("--profile", default="ci-noshrink", help="Hypothesis profile (default: ci-noshrink)")
+    parser.add_argument("--profile", default="ci-noshrink", help="Hypothesis profile (default: %(default)s)")
     parser.add_argument(
-        "--jobs", "-j", type=int, default=os.cpu_count() or 1, help="parallel pytest processes"
+        "--jobs",
+        "-j",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="parallel pytest processes (default: the CPU count)",
     )
-    parser.add_argument("--out", type=Path, default=Path("."), help="where kill-matrix.json/.md go")
-    args, extra = parser.parse_known_args(argv)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("opconform-report"),
+        help="where kill-matrix.json and kill-matrix.md go (default: %(default)s)",
+    )
+    parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
+
+
+def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
-        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+        raise SystemExit(f"opconform mutants: --jobs must be >= 1, got {args.jobs}")
     known = families()
     selected = [f"mutants.{name}" for name in args.family] or known
     unknown = [name for name in selected if name not in known]
     if unknown:
-        parser.error(f"--family: unknown {unknown}; known: {[k.split('.', 1)[1] for k in known]}")
+        names = [k.split(".", 1)[1] for k in known]
+        raise SystemExit(f"opconform mutants: --family: unknown {unknown}; known: {names}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        documents = dict(
-            zip(
-                selected,
-                pool.map(
-                    lambda name: run_batch(name, profile=args.profile, workdir=Path(tmp), extra=extra),
-                    selected,
-                ),
-                strict=True,
-            )
-        )
+        batches = pool.map(lambda name: run_batch(name, profile=args.profile, workdir=Path(tmp),
+                                                  extra=args.pytest_args), selected)  # fmt: skip
+        documents = dict(zip(selected, batches, strict=True))
     all_verdicts = [v for name in selected for v in verdicts(name, documents[name])]
     totals = summary(all_verdicts) | {
         "wall_seconds": round(time.monotonic() - started, 2),
         "profile": args.profile,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "kill-matrix.json").write_text(
-        json.dumps(
-            {
-                "schema": "opconform-kill-matrix",
-                "version": SCHEMA_VERSION,
-                "summary": totals,
+    document = {"schema": "opconform-kill-matrix", "version": SCHEMA_VERSION, "summary": totals,
                 "batches": {name: documents[name]["wall_seconds"] for name in selected},
-                "mutants": [asdict(v) for v in all_verdicts],
-            },
-            indent=1,
-        )
-    )
+                "mutants": [asdict(v) for v in all_verdicts]}  # fmt: skip
+    (args.out / "kill-matrix.json").write_text(json.dumps(document, indent=1))
     text = markdown(all_verdicts, totals)
     (args.out / "kill-matrix.md").write_text(text)
     print(
@@ -193,6 +190,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     return 0 if totals["killed_by_right_clause"] == totals["mutants"] else 1
 
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="opconform mutants", description=MUTANTS.help)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def _command():
+    from conformance.cli import Command
+
+    return Command("run the suite against every mutant and print the kill matrix", add_arguments, run)
+
+
+MUTANTS = _command()
 
 if __name__ == "__main__":
     sys.exit(main())

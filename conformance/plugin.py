@@ -53,7 +53,7 @@ settings.register_profile(
 
 
 def _register_shared_profile() -> None:
-    """"ci-shared": the ci settings, randomized, replaying examples that other CI jobs found.
+    """ "ci-shared": the ci settings, randomized, replaying examples that other CI jobs found.
 
     Enabled by OPCONFORM_SHARED_DB=OWNER/REPO: the local example database is multiplexed with a
     read-only view of the GitHub artifact ``hypothesis-example-db`` (needs GITHUB_TOKEN), so a
