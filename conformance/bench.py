@@ -582,7 +582,7 @@ def format_table(document: dict) -> str:
     notes = [
         f"x native / x peer: median time over {BASELINE!r} / over the case's peer, same device and run "
         "(>1 = slower). Peers: "
-        + ", ".join(sorted({f"{c['op']}: {c['peer']}" for c in document["cases"] if c["peer"]})),
+        + (", ".join(sorted({f"{c['op']}: {c['peer']}" for c in document["cases"] if c["peer"]})) or "none"),
         "peak mem: "
         + "; ".join(
             f"{k}: {v}"
