@@ -57,7 +57,7 @@ MEMORY_METHODS = {
 
 # Options per shape set: warm-up calls, timed repeats (at most), at least, seconds per impl, timeout.
 PROFILES = {
-    "full": {"warmup": 1, "repeats": 10, "min_repeats": 3, "budget_s": 30.0, "timeout_s": 1800.0},
+    "full": {"warmup": 2, "repeats": 10, "min_repeats": 3, "budget_s": 30.0, "timeout_s": 1800.0},
     "quick": {"warmup": 2, "repeats": 3, "min_repeats": 2, "budget_s": 2.0, "timeout_s": 120.0},
 }
 
@@ -545,7 +545,7 @@ def _seconds(value) -> str:
 
 
 def _times(value) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+    return "-" if value is None else f"{value:.3g}x"
 
 
 def format_table(document: dict) -> str:
@@ -556,7 +556,8 @@ def format_table(document: dict) -> str:
         if r["status"] == "not-implemented":
             hidden += 1
             continue
-        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('reason', '')}"
+        reason = " ".join(str(r.get("reason", "")).split())  # one line, whatever the exception said
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {reason}"
         if len(status) > 90:
             status = status[:87] + "..."
         time_text = _seconds(r.get("median_s")) if r.get("time_is_absolute") else "(cpu: ratios)"
