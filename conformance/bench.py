@@ -109,7 +109,11 @@ def select_impls(
         raise BenchUsageError(f"--backend-module: {exc}") from exc
     candidates += [Impl(p.name, "peer", ("peer", p.name), p) for p in _peer_objects()]
     by_name = {i.name: i for i in reversed(candidates)}  # first of a name wins
-    if backend_names:
+    oracle_only = bool(backend_names) and all(n == ORACLE for n in backend_names)
+    backend_names = [n for n in backend_names if n != ORACLE]  # the oracle always runs
+    if oracle_only:
+        chosen = []
+    elif backend_names:
         known = sorted(by_name) + [b["impl"] for b in broken]
         unknown = [n for n in backend_names if n not in known]
         if unknown:
@@ -699,7 +703,7 @@ def build_parser(prog: str = "opconform bench") -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME",
-        help="backends/peers to run besides the oracle (repeatable; default: all)",
+        help="backends/peers to run besides the oracle (repeatable; default: all; 'oracle' alone: only it)",
     )
     parser.add_argument(
         "--backend-module",
