@@ -1,0 +1,167 @@
+"""Self-tests of ``opconform bench``: output format and skip/error handling, never speed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from benchmarks import cases as bench_cases
+from conformance import bench
+from conformance.devices import absent_reason
+
+RESULT_FIELDS = {
+    "case",
+    "op",
+    "family",
+    "device",
+    "impl",
+    "kind",
+    "status",
+    "peer",
+    "params",
+    "time_is_absolute",
+    "ratio_to_native",
+    "ratio_to_peer",
+}
+OK_FIELDS = {"median_s", "min_s", "times_s", "repeats", "peak_bytes", "memory_method"}
+TOP_FIELDS = {
+    "schema",
+    "version",
+    "torch",
+    "shape_set",
+    "dtype",
+    "isolation",
+    "settings",
+    "devices",
+    "baseline",
+    "memory_methods",
+    "duration_s",
+    "cases",
+    "results",
+    "targets",
+    "chart",
+}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """Arguments of a --quick run on a small selection, and where its JSON and chart go."""
+    out = tmp_path_factory.mktemp("bench")
+    json_path, png_path = out / "bench.json", out / "bench.png"
+    argv = [
+        "--quick",
+        "--case",
+        "gelu_and_mul",
+        "--case",
+        "swiglu_step",
+        "--case",
+        "encoder_attention_mask",
+        "--backend",
+        "native",
+        "--backend",
+        "npu-emulated",
+        "--json",
+        str(json_path),
+        "--chart",
+        str(png_path),
+    ]
+    return argv, json_path, png_path
+
+
+def test_quick_run_writes_table_json_and_chart(quick_run, capsys):
+    """--quick prints the table, writes schema-conformant JSON and a non-empty PNG."""
+    argv, json_path, png_path = quick_run
+    assert bench.main(argv) == 0
+    stdout = capsys.readouterr().out
+    header = stdout.splitlines()[0].split()
+    assert " ".join(header) == " ".join(" ".join(bench.TABLE_COLUMNS).split())
+    document = json.loads(json_path.read_text())
+    assert TOP_FIELDS <= set(document)
+    assert (document["schema"], document["version"], document["shape_set"]) == ("opconform-bench", 1, "quick")
+    rows = document["results"]
+    assert rows and all(RESULT_FIELDS <= set(r) for r in rows)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {r["impl"] for r in ok} >= {"oracle", "native"}
+    assert all(OK_FIELDS <= set(r) and r["median_s"] > 0 and r["peak_bytes"] >= 0 for r in ok)
+    assert all(r["ratio_to_native"] == 1.0 for r in ok if r["impl"] == "native")
+    assert all(r["reason"] for r in rows if r["status"] != "ok")
+    assert not any(r["status"] == "error" for r in rows)
+    if importlib.util.find_spec("matplotlib") is None:  # the optional 'bench' extra: a stated skip
+        assert document["chart"] is None and "matplotlib" in document["chart_skipped"]
+        return
+    assert document["chart"] == str(png_path)
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 1000
+
+
+def test_process_isolation_measures_peak_rss():
+    """A fresh worker per measurement reports a peak from the reset VmHWM (or the stated fallback)."""
+    document = bench.run_bench(
+        shape_set="quick",
+        case_patterns=["silu_and_mul/sana"],
+        backend_names=["native"],
+        devices=["cpu"],
+        isolation="process",
+        timeout_s=120,
+    )
+    ok = [r for r in document["results"] if r["status"] == "ok"]
+    assert {r["impl"] for r in ok} == {"oracle", "native"}
+    assert all(r["memory_method"] in ("cpu", "cpu-fallback") and r["peak_bytes"] >= 0 for r in ok)
+
+
+def test_missing_family_is_a_skip_with_reason(monkeypatch):
+    """An oracle whose module is not on the branch is skipped with the import error, not raised."""
+    monkeypatch.setitem(bench_cases.FAMILIES, "scheduler", "reference.not_on_this_branch")
+    case = bench_cases.get_case("dpm_scheduler/sana-1024px", "quick")
+    status, reason = bench.skip_reason(case, bench.Impl("oracle", "oracle", ("oracle",)), None)
+    assert status == "skipped" and "not_on_this_branch" in reason
+
+
+def test_absent_device_is_a_skip_row():
+    """Asking for a device that is not present gives skipped rows naming the device."""
+    if absent_reason("npu") is None:
+        pytest.skip("an NPU is present here")
+    document = bench.run_bench(
+        shape_set="quick", case_patterns=["gelu_and_mul"], backend_names=["native"], devices=["npu"]
+    )
+    assert document["results"] and all(
+        r["status"] == "skipped" and "npu" in r["reason"] for r in document["results"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["--case", "no-such-case"], "--case"),
+        (["--repeats", "0"], "--repeats"),
+        (["--backend", "no-such-backend", "--quick"], "--backend"),
+        (["--device", "tpu"], "--device"),
+        (["--json", "/no/such/dir/x.json"], "--json"),
+    ],
+)
+def test_bad_options_name_the_option(argv, option, capsys):
+    """Bad options exit with status 2 and a message naming the option."""
+    with pytest.raises(SystemExit) as exc:
+        bench.main(argv)
+    assert exc.value.code == 2
+    assert option in capsys.readouterr().err
+
+
+def test_targets_verdicts():
+    """Targets are met/missed only at full shapes; --quick marks them not evaluated."""
+    case = bench_cases.get_case("swa_decode_mask/target-b256-128k")
+    rows = [
+        {"case": case.id, "impl": "oracle", "device": "cpu", "status": "ok", "median_s": s, "peak_bytes": 1}
+        for s in (0.5, 3.0)
+    ]
+    verdicts = [t["verdict"] for t in bench.evaluate_targets(rows, [case], "full")]
+    assert verdicts == ["met", "missed"]
+    assert bench.evaluate_targets(rows[:1], [case], "quick")[0]["verdict"] == "not-evaluated"
+
+
+def test_every_case_has_both_shape_sets_and_a_known_family():
+    """Each case names a known family and has full and quick parameters."""
+    assert len({c.id for c in bench_cases.CASES}) == len(bench_cases.CASES)
+    for case in bench_cases.CASES:
+        assert case.family in bench_cases.FAMILIES and case.params and case.quick_params
