@@ -796,5 +796,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "opconform bench") ->
     return 1 if any(r["status"] == "error" for r in document["results"]) else 0
 
 
+def _command():
+    from conformance.cli import Command
+
+    return Command("time every op on every backend and device against the oracle and its peers",
+                   add_arguments=lambda parser: None, handler=lambda args: main([]), main=main)  # fmt: skip
+
+
+BENCH = _command()
+
 if __name__ == "__main__":
     sys.exit(main(prog="python -m conformance.bench"))

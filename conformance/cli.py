@@ -24,6 +24,8 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     handler: Callable[[argparse.Namespace], int]
+    # A command that parses the rest of the command line itself (bench): main(argv) -> exit status.
+    main: Callable[[list[str]], int] | None = None
 
 
 def _write_outputs(document: dict, out: Path) -> list[Path]:
@@ -174,6 +176,7 @@ COMMANDS: dict[str, str] = {
     "merge": "conformance.cli:MERGE",
     "diff": "conformance.cli:DIFF",
     "mutants": "conformance.mutation:MUTANTS",
+    "bench": "conformance.bench:BENCH",
 }
 
 
@@ -194,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from conformance.report import ReportError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        command = _resolve(COMMANDS[argv[0]])
+        if command.main is not None:
+            return command.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return _resolve(COMMANDS[args.command]).handler(args)
