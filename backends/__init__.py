@@ -44,6 +44,8 @@ BUILTIN: dict[str, str] = {
     "compiled": "backends.compiled:BACKEND",
     "npu": "backends.npu:BACKEND",
     "npu-emulated": "backends.npu:EMULATED",
+    "diffusers": "backends.diffusers_scheduler:BACKEND",
+    "diffusers-wrapped": "backends.diffusers_scheduler:WRAPPED",
 }
 
 

@@ -42,3 +42,21 @@ def tolerance(family: str, dtype: torch.dtype) -> Tolerance:
         return table[dtype]
     except KeyError:
         raise ValueError(f"no {family} tolerance for dtype {dtype}; known: {list(table)}") from None
+
+
+# The scheduler family (spec/tolerances.md, DPM-TOL). A step rounds its output once to the model
+# dtype; float32 rows also absorb diffusers' float32 schedule (sigma_min has relative error up to
+# 1.5e-4 from 1 - abar_0 = beta_start formed in float32). On top of the table, the absolute term
+# grows by DPM_CONVERSION_ROUNDINGS * eps/2 * sum_j |c_j| g_j: the data prediction may be formed in
+# the model dtype (diffusers does), and g_j bounds the magnitudes rounded there.
+DPM_CONVERSION_ROUNDINGS = 4
+TOLERANCES["scheduler"] = {
+    torch.float32: Tolerance(rtol=1e-4, atol=1e-4),
+    torch.float16: Tolerance(rtol=2e-3, atol=1e-3),
+    torch.bfloat16: Tolerance(rtol=1.6e-2, atol=8e-3),
+}
+# set_timesteps' sigmas, compared with the float64 oracle's (diffusers stores them in float32).
+TOLERANCES["scheduler-sigmas"] = {
+    torch.float32: Tolerance(rtol=2e-4, atol=1e-7),
+    torch.float64: Tolerance(rtol=1e-7, atol=1e-12),
+}

@@ -132,9 +132,11 @@ def vp_timesteps(config: SchedulerConfig, n: int) -> list[int]:
     if config.timestep_spacing == "leading":
         ratio = big_n // (n + 1)
         return [k * ratio for k in range(n, 0, -1)]
-    # trailing: round(N - k N/n) - 1, k = 0..n-1 (exactly n values)
-    ratio = big_n / n
-    return [round(big_n - k * ratio) - 1 for k in range(n)]
+    # trailing: round(N + k delta) - 1, k = 0..n-1 (exactly n values), delta = (N - N/n) - N in
+    # float64: the step as an arange over [N, 0) by -N/n forms it. Ties (exact value m + 1/2) are
+    # decided by this float64 evaluation, so the spec fixes the expression (spec/scheduler.md).
+    delta = (big_n - big_n / n) - big_n
+    return [round(big_n + k * delta) - 1 for k in range(n)]
 
 
 def flow_sigmas(config: SchedulerConfig, n: int) -> list[float]:

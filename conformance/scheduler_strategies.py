@@ -1,0 +1,129 @@
+"""Hypothesis strategies and the synthetic denoiser for the scheduler properties (spec/scheduler.md).
+
+A trajectory is drawn as a small recipe (configuration, step count, sample shape, dtype, seed);
+the model outputs come from a fixed synthetic denoiser, so every trajectory is a meaningful
+denoising run that a wrong solver step visibly changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import strategies as st
+
+from reference import scheduler as oracle
+
+MODEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# SANA's scheduler (field notes, section 3): everything else at diffusers' defaults.
+SANA_CONFIG = {"flow_shift": 3.0, "use_flow_sigmas": True, "prediction_type": "flow_prediction"}
+SANA_STEPS = 20
+SDE = "sde-dpmsolver++"
+
+
+@dataclass(frozen=True)
+class TrajectoryRecipe:
+    """A reproducible denoising run: the same recipe always gives the same initial sample and noise."""
+
+    config: dict = field(hash=False)
+    steps: int
+    shape: tuple
+    dtype: torch.dtype
+    seed: int
+
+    def initial_sample(self, device) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed)
+        return torch.randn(self.shape, generator=gen, dtype=torch.float64).to(self.dtype).to(device)
+
+    def noises(self) -> list[torch.Tensor]:
+        """One float32 standard-normal variance_noise per step (the SDE variant's z)."""
+        gen = torch.Generator().manual_seed(self.seed + 1)
+        return [torch.randn(self.shape, generator=gen, dtype=torch.float32) for _ in range(self.steps)]
+
+
+def data_estimate(sample: torch.Tensor, timestep: int, num_train_timesteps: int) -> torch.Tensor:
+    """The synthetic denoiser's x0: a fixed smooth, bounded function of the sample and timestep."""
+    x = sample.detach().to("cpu", torch.float64)
+    u = float(timestep) / num_train_timesteps
+    return 0.8 * torch.tanh(1.5 * x) * (1.0 - 0.3 * u) + 0.2 * torch.sin(2.0 * x + 3.0 * u)
+
+
+def synthetic_model_output(reference: oracle.DPMSolverMultistep, index: int, sample: torch.Tensor):
+    """The model output (float64, cpu) whose data prediction is ``data_estimate``, in the configured
+    prediction type, at schedule position ``index`` of ``reference`` (the oracle's sigmas)."""
+    cfg = reference.config
+    x = sample.detach().to("cpu", torch.float64)
+    x0 = data_estimate(x, int(reference.timesteps[index]), cfg.num_train_timesteps)
+    sigma = reference.sigmas[index]
+    alpha_t, sigma_t = reference.alpha_sigma(sigma)
+    eps = (x - alpha_t * x0) / sigma_t
+    if cfg.prediction_type == "epsilon":
+        return eps
+    if cfg.prediction_type == "sample":
+        return x0
+    if cfg.prediction_type == "v_prediction":
+        return alpha_t * eps - sigma_t * x0
+    return (x - x0) / sigma  # flow_prediction: v with x0 = x - sigma v
+
+
+def conversion_magnitude(reference, index: int, sample: torch.Tensor, model_output: torch.Tensor):
+    """DPM-TOL: the magnitude whose rounding in the model dtype bounds the data prediction's error:
+    epsilon (|x| + sigma_t |m|)/alpha_t; v alpha_t |x| + sigma_t |m|; flow |x| + sigma |m|; sample |m|."""
+    kind = reference.config.prediction_type
+    x = sample.detach().to("cpu", torch.float64).abs()
+    m = model_output.detach().to("cpu", torch.float64).abs()
+    sigma = reference.sigmas[index]
+    alpha_t, sigma_t = reference.alpha_sigma(sigma)
+    if kind == "epsilon":
+        return (x + sigma_t * m) / alpha_t
+    if kind == "v_prediction":
+        return alpha_t * x + sigma_t * m
+    if kind == "flow_prediction":
+        return x + sigma * m
+    return m
+
+
+@st.composite
+def scheduler_configs(draw, *, algorithms=("dpmsolver++", SDE), orders=(1, 2, 3), sde_third_order=False):
+    """Configurations over every contract field; the third-order SDE step only when asked (DPM-SDE3)."""
+    algorithm = draw(st.sampled_from(algorithms))
+    allowed = [o for o in orders if sde_third_order or not (algorithm == SDE and o == 3)]
+    flow = draw(st.booleans())
+    return {
+        "num_train_timesteps": draw(st.sampled_from((1000, 1000, 500))),
+        "beta_schedule": draw(st.sampled_from(oracle.BETA_SCHEDULES)),
+        "solver_order": draw(st.sampled_from(allowed)),
+        "prediction_type": draw(st.sampled_from(oracle.PREDICTION_TYPES)),
+        "algorithm_type": algorithm,
+        "solver_type": draw(st.sampled_from(oracle.SOLVER_TYPES)),
+        "lower_order_final": draw(st.booleans()),
+        "euler_at_final": draw(st.sampled_from((False, False, True))),
+        "use_flow_sigmas": flow,
+        "flow_shift": draw(st.sampled_from((1.0, 3.0, 6.0))) if flow else 1.0,
+        "final_sigmas_type": draw(st.sampled_from(oracle.FINAL_SIGMAS_TYPES)),
+        "timestep_spacing": draw(st.sampled_from(oracle.TIMESTEP_SPACINGS)),
+    }
+
+
+@st.composite
+def trajectories(draw, *, configs=None, dtypes=MODEL_DTYPES, max_steps: int = 50) -> TrajectoryRecipe:
+    """A configuration, 1..max_steps steps, a small sample shape, a model dtype and a seed."""
+    config = draw(configs if configs is not None else scheduler_configs())
+    rank = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 8), min_size=rank, max_size=rank)))
+    while math.prod(shape) > 512:
+        shape = shape[1:]
+    return TrajectoryRecipe(
+        config=config,
+        steps=draw(st.one_of(st.integers(1, 20), st.integers(21, max_steps))),
+        shape=shape,
+        dtype=draw(st.sampled_from(dtypes)),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+def sana_trajectory(dtype: torch.dtype = torch.float32, seed: int = 0) -> TrajectoryRecipe:
+    """SANA's configuration at its default 20 steps, on a latent-like [1, 4, 8, 8] sample."""
+    config = dict(SANA_CONFIG)
+    return TrajectoryRecipe(config=config, steps=SANA_STEPS, shape=(1, 4, 8, 8), dtype=dtype, seed=seed)

@@ -1,0 +1,156 @@
+"""Scheduler mutants: the SANA scheduler regression (field notes, section 1) and its neighbours.
+
+Each is a serving-framework port: a wrapper around a DPM-Solver++ implementation (here the
+float64 oracle, cast to the model dtype, so the only defect is the one described) that gets one
+thing wrong. None needs diffusers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference.scheduler import DPMSolverMultistep, StepOutput
+
+
+class PortedScheduler:
+    """A correct port: the oracle's arithmetic, outputs cast to the model output's dtype."""
+
+    def __init__(self, **config):
+        self.inner = self.make_inner(config)
+
+    def make_inner(self, config: dict) -> DPMSolverMultistep:
+        return DPMSolverMultistep(**config)
+
+    def set_timesteps(self, num_inference_steps, device=None):
+        self.inner.set_timesteps(num_inference_steps, device=device)
+
+    @property
+    def timesteps(self):
+        return self.inner.timesteps
+
+    @property
+    def sigmas(self):
+        return self.inner.sigmas.float()
+
+    def step(self, model_output, timestep, sample, generator=None, variance_noise=None, return_dict=True):
+        out = self.inner.step(model_output, timestep, sample, generator, variance_noise, True)
+        prev = out.prev_sample.to(model_output.dtype)
+        return StepOutput(prev_sample=prev) if return_dict else (prev,)
+
+
+class KwargsWrapper(PortedScheduler):
+    """step(model_output, timestep, sample, **kwargs) forwarding every keyword to the inner scheduler.
+
+    Origin: the SANA GPU wrapper; a caller filtering by inspect.signature passed `eta` through and
+    the inner step raised TypeError (field notes, section 1).
+    """
+
+    clauses = {"DPM-SIGNATURE"}
+
+    def step(self, model_output, timestep, sample, **kwargs):
+        return self.inner_step(model_output, timestep, sample, **kwargs)
+
+    def inner_step(
+        self, model_output, timestep, sample, generator=None, variance_noise=None, return_dict=True
+    ):  # noqa: E501
+        return PortedScheduler.step(
+            self, model_output, timestep, sample, generator, variance_noise, return_dict
+        )
+
+
+class VarianceNoiseDropped(PortedScheduler):
+    """variance_noise not forwarded: the SDE step draws its own noise from the generator.
+
+    Origin: a wrapper that forwards only the arguments its author knew about (generator).
+    """
+
+    clauses = {"DPM-NOISE"}
+
+    def step(self, model_output, timestep, sample, generator=None, variance_noise=None, return_dict=True):
+        return super().step(model_output, timestep, sample, generator, None, return_dict)
+
+
+class ReturnDictIgnored(PortedScheduler):
+    """return_dict ignored: always returns the output object.
+
+    Origin: a wrapper that hard-codes return_dict=True when calling the inner scheduler.
+    """
+
+    clauses = {"DPM-RETURN", "DPM-SIGNATURE"}
+
+    def step(self, model_output, timestep, sample, generator=None, variance_noise=None, return_dict=True):
+        return super().step(model_output, timestep, sample, generator, variance_noise, True)
+
+
+class HeunForMidpoint(PortedScheduler):
+    """solver_type heun used when midpoint is configured.
+
+    Origin: a port that builds its solver from a preset instead of the model's scheduler config.
+    """
+
+    clauses = {"DPM-TRAJ"}
+
+    def make_inner(self, config):
+        return DPMSolverMultistep(**{**config, "solver_type": "heun"})
+
+
+class FlowShiftIgnored(PortedScheduler):
+    """flow_shift not applied (shift 1.0 used): SANA's sigmas are unshifted.
+
+    Origin: a port that forwards use_flow_sigmas but drops flow_shift from the config.
+    """
+
+    clauses = {"DPM-TIMESTEPS", "DPM-TRAJ"}
+
+    def make_inner(self, config):
+        return DPMSolverMultistep(**{**config, "flow_shift": 1.0})
+
+
+class _NeverLowered(DPMSolverMultistep):
+    def order_for_step(self, index):
+        return min(self.config.solver_order, self._lower_order_nums + 1)
+
+
+class FinalStepNotLowered(PortedScheduler):
+    """The final step not lowered to first order (lower_order_final / zero final sigma ignored).
+
+    Origin: a hand port of the multistep loop without the "improve stability for few steps" rule;
+    with a zero final sigma the second-order step divides by r0 = 0.
+    """
+
+    clauses = {"DPM-TRAJ"}
+
+    def make_inner(self, config):
+        return _NeverLowered(**config)
+
+
+class MutantBackend:
+    def __init__(self, name: str, scheduler_class):
+        self.name = name
+        self.scheduler_class = scheduler_class
+        self.clauses = scheduler_class.clauses
+        self.__doc__ = scheduler_class.__doc__
+
+    def unavailable(self, device: torch.device) -> str | None:
+        return None
+
+    def dpm_scheduler(self, **config):
+        return self.scheduler_class(**config)
+
+
+BACKENDS = [
+    MutantBackend("wrong-step-kwargs-wrapper", KwargsWrapper),
+    MutantBackend("wrong-variance-noise-dropped", VarianceNoiseDropped),
+    MutantBackend("wrong-return-dict-ignored", ReturnDictIgnored),
+    MutantBackend("wrong-heun-for-midpoint", HeunForMidpoint),
+    MutantBackend("wrong-flow-shift-ignored", FlowShiftIgnored),
+    MutantBackend("wrong-final-step-not-lowered", FinalStepNotLowered),
+]
+
+
+class _Correct(PortedScheduler):
+    clauses: set = set()
+
+
+# The mutants' shared base, passing every clause (tests/test_wrong_scheduler.py checks it does).
+CORRECT = MutantBackend("correct-port", _Correct)
