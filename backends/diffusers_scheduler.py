@@ -14,11 +14,8 @@ import importlib
 import torch
 
 # DPM-SDE3: diffusers 0.42's third-order sde-dpmsolver++ step uses (1 - e^-2h - 2h)/(2h)^2 - 0.5
-# for D2, where the derivation gives + 0.5 (spec/scheduler.md). The property for that clause
-# expects this backend to fail it (a strict xfail: a fixed diffusers turns it into an error).
-KNOWN_DEVIATIONS = {
-    "DPM-SDE3": "diffusers <= 0.42 has the wrong sign on the 0.5 of the third-order SDE D2 coefficient",
-}
+# for D2, where the derivation gives + 0.5 (spec/scheduler.md). Both backends fail that clause;
+# the failure is declared, as a bug, in expectations/diffusers.toml and diffusers-wrapped.toml.
 
 
 def _diffusers_scheduler_class():
@@ -71,8 +68,6 @@ class WrappedDPMScheduler:
 
 class DiffusersSchedulerBackend:
     """``dpm_scheduler(**config)`` builds diffusers' scheduler, bare or wrapped."""
-
-    known_deviations = KNOWN_DEVIATIONS
 
     def __init__(self, name: str, *, wrapped: bool):
         self.name = name

@@ -194,6 +194,19 @@ def load_manifest(path: str | Path, *, known_clauses) -> list[Expectation]:
     return result
 
 
+def builtin_manifest_dir() -> Path | None:
+    """The manifests of the built-in backends: the checkout's expectations/, or the installed copy.
+
+    They are always applied (a built-in backend's known deviation is part of the project), and
+    ``--opconform-expectations`` adds a user's own.
+    """
+    package = Path(__file__).resolve().parent
+    for candidate in (package.parent / "expectations", package / "manifests"):
+        if candidate.is_dir() and any(candidate.glob("*.toml")):
+            return candidate
+    return None
+
+
 def load_manifests(paths, *, known_clauses) -> list[Expectation]:
     """Entries from manifest files and directories (each ``*.toml`` in it)."""
     found: list[Expectation] = []

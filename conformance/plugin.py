@@ -21,6 +21,7 @@ import shlex
 import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,8 +167,12 @@ def pytest_configure(config):
     checks.RERUN_OPTIONS[:] = rerun
     try:
         config._opconform_clauses = spec_index.load_clauses()
+        builtin = manifests.builtin_manifest_dir()
+        paths = [*([builtin] if builtin else []), *config.getoption("opconform_expectations")]
+        # A path given twice (the built-in directory passed explicitly) is loaded once.
+        unique = list(dict.fromkeys(str(Path(p).resolve()) for p in paths))
         config._opconform_expectations = manifests.load_manifests(
-            config.getoption("opconform_expectations"), known_clauses=config._opconform_clauses
+            unique, known_clauses=config._opconform_clauses
         )
     except (OSError, ValueError) as exc:  # a missing spec, a bad spec or a bad manifest
         raise pytest.UsageError(str(exc)) from exc

@@ -108,11 +108,8 @@ SDE3_CASES = [
 @pytest.mark.clause("DPM-SDE3")
 @pytest.mark.op(OP)
 @pytest.mark.parametrize("config, steps", SDE3_CASES)
-def test_sde_third_order_matches_oracle(request, backend, device, config, steps):
+def test_sde_third_order_matches_oracle(backend, device, config, steps):
     """The third-order sde-dpmsolver++ step matches the oracle (its D2 coefficient vanishes as h -> 0)."""
-    reason = getattr(backend, "known_deviations", {}).get("DPM-SDE3")
-    if reason:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError))
     config = {**config, "algorithm_type": SDE, "solver_order": 3}
     recipe = TrajectoryRecipe(config=config, steps=steps, shape=(2, 8), dtype=torch.float32, seed=5)
     for index, context, got, want, atol_scale in run_trajectory(backend, device, recipe, clause="DPM-SDE3"):
