@@ -44,6 +44,8 @@ BUILTIN: dict[str, str] = {
     "compiled": "backends.compiled:BACKEND",
     "npu": "backends.npu:BACKEND",
     "npu-emulated": "backends.npu:EMULATED",
+    "flex": "backends.flex:BACKEND",
+    "transformers": "backends.transformers_masks:BACKEND",
 }
 
 
