@@ -1,4 +1,4 @@
-"""Mask and attention mutants: the field's window, polarity, dtype and scale bugs (field notes, sections 1-3)."""
+"""Mask and attention mutants: the field's window, polarity, dtype and scale bugs (field notes, 1-3)."""
 
 from __future__ import annotations
 
