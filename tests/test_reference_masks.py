@@ -46,7 +46,7 @@ def test_swa_decode_mask_equals_brute_force(window):
 
 @pytest.mark.parametrize("window", [1, 2, 5, 16])
 def test_converters_keep_window_keys(window):
-    """FlashAttention left+1 and CANN pre_tokens+1 keys (inclusive formulas) equal W, as the decode window does."""
+    """FlashAttention left+1 and CANN pre_tokens+1 keys (inclusive) equal W, as the decode window does."""
     left, right = masks.flash_attention_window(window)
     tokens = masks.cann_prefill_tokens(window)
     seq_len = 40
