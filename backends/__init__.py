@@ -46,6 +46,8 @@ BUILTIN: dict[str, str] = {
     "npu-emulated": "backends.npu:EMULATED",
     "diffusers": "backends.diffusers_scheduler:BACKEND",
     "diffusers-wrapped": "backends.diffusers_scheduler:WRAPPED",
+    "flex": "backends.flex:BACKEND",
+    "transformers": "backends.transformers_masks:BACKEND",
 }
 
 

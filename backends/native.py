@@ -45,3 +45,96 @@ class NativeBackend:
 
 
 BACKEND = NativeBackend()
+
+
+# --- masks and attention (spec/masks.md, spec/attention.md) ---------------------------------
+
+from reference import attention as _attention_oracle  # noqa: E402
+from reference import masks as _mask_oracle  # noqa: E402
+
+
+def encoder_attention_mask(seq_len, *, sliding_window=None, padding_mask=None, device=None):
+    """MASK-ENC by boolean ops: a lower triangle, a window band, a key-padding column mask."""
+    seq_len = _mask_oracle._require_int(seq_len, "seq_len", minimum=1)
+    sliding_window = _mask_oracle.require_window(sliding_window)
+    if padding_mask is not None:
+        padding_mask = _mask_oracle.validate_padding_mask(padding_mask, seq_len)
+        device = padding_mask.device if device is None else device
+    ones = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
+    allowed = ones.tril()
+    if sliding_window is not None:
+        allowed &= ones.triu(-(sliding_window - 1))
+    if padding_mask is None:
+        return allowed
+    return allowed[None, None] & padding_mask.to(allowed.device)[:, None, None, :]
+
+
+def swa_decode_mask(seq_lens, kv_len, *, window):
+    """MASK-SWA-DECODE: True = masked, visible keys max(0, L - window) <= j <= L - 1."""
+    kv_len = _mask_oracle._require_int(kv_len, "kv_len", minimum=1)
+    window = _mask_oracle.require_window(window, "window", optional=False)
+    seq_lens = _mask_oracle.validate_seq_lens(seq_lens, kv_len)
+    position = torch.arange(kv_len, device=seq_lens.device)
+    visible = (position >= (seq_lens - window).clamp_min(0)[:, None]) & (position < seq_lens[:, None])
+    return ~visible[:, None, :]
+
+
+def require_attention_mask(allowed, q):
+    """ATTN-FLOAT-MASK / MASK-DTYPE: a bool mask, or an additive float mask in q's dtype; else TypeError."""
+    if not isinstance(allowed, torch.Tensor):
+        raise TypeError(f"allowed must be a tensor, got {type(allowed).__name__}")
+    if allowed.dtype != torch.bool and allowed.dtype != q.dtype:
+        raise TypeError(
+            f"allowed must be bool or an additive mask in q's dtype {q.dtype}, got {allowed.dtype}"
+        )
+    return allowed
+
+
+def attention(q, k, v, *, allowed, scale):
+    """ATTN via F.scaled_dot_product_attention (enable_gqa); empty rows are set to zero explicitly."""
+    batch, q_heads, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k, v)
+    scale = _attention_oracle._require_scale(scale)
+    allowed = require_attention_mask(allowed, q)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
+    bool_mask = allowed if allowed.dtype == torch.bool else allowed != float("-inf")
+    empty = ~bool_mask.expand(batch, q_heads, q_len, kv_len).any(-1, keepdim=True)
+    return out.masked_fill(empty, 0.0)
+
+
+def prefill_attention(q, k, v, *, sliding_window, padding_mask, scale):
+    """ATTN-PREFILL: the native encoder mask handed to SDPA."""
+    _, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k, v)
+    if q_len != kv_len:
+        raise ValueError(f"prefill needs q and k/v of one length S, got Sq={q_len} and Sk={kv_len}")
+    allowed = encoder_attention_mask(
+        q_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
+    )
+    if allowed.dim() == 4 and allowed.shape[0] != q.shape[0]:
+        raise ValueError(f"padding_mask must have B={q.shape[0]} rows, got {allowed.shape[0]}")
+    return attention(q, k, v, allowed=allowed, scale=scale)
+
+
+def decode_attention(q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
+    """ATTN-DECODE: the decode mask (inverted to SDPA polarity); stale cache rows zeroed first."""
+    _, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k_cache, v_cache)
+    if q_len != 1:
+        raise ValueError(f"q must be [B, Hq, 1, D] (one token per sequence), got {tuple(q.shape)}")
+    sliding_window = _mask_oracle.require_window(sliding_window)
+    seq_lens = _mask_oracle.validate_seq_lens(seq_lens, kv_len)
+    if seq_lens.shape[0] != q.shape[0]:
+        raise ValueError(f"seq_lens must have B={q.shape[0]} entries, got {seq_lens.shape[0]}")
+    window = kv_len if sliding_window is None else sliding_window
+    seq_lens = seq_lens.to(q.device)
+    allowed = ~swa_decode_mask(seq_lens, kv_len, window=window)[:, :, None, :]  # [B, 1, 1, kv_len]
+    # SDPA adds -inf to masked scores, and NaN + -inf is NaN: stale rows must be cleared.
+    in_sequence = (torch.arange(kv_len, device=q.device) < seq_lens[:, None])[:, None, :, None]
+    k_cache = k_cache.masked_fill(~in_sequence, 0.0)
+    v_cache = v_cache.masked_fill(~in_sequence, 0.0)
+    return attention(q, k_cache, v_cache, allowed=allowed, scale=scale)
+
+
+NativeBackend.encoder_attention_mask = staticmethod(encoder_attention_mask)
+NativeBackend.swa_decode_mask = staticmethod(swa_decode_mask)
+NativeBackend.attention = staticmethod(attention)
+NativeBackend.prefill_attention = staticmethod(prefill_attention)
+NativeBackend.decode_attention = staticmethod(decode_attention)

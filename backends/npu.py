@@ -87,3 +87,109 @@ def _load_emulator() -> types.ModuleType:
 
 BACKEND = AscendBackend("npu", import_torch_npu, _real_ops_unavailable)
 EMULATED = AscendBackend("npu-emulated", _load_emulator, _emulated_ops_unavailable)
+
+
+# --- masks and attention on FIA (spec/masks.md, spec/attention.md) -------------------------
+
+from backends import native as _native  # noqa: E402
+from reference import attention as _attention_oracle  # noqa: E402
+from reference import masks as _mask_oracle  # noqa: E402
+
+FIA_COMPRESSED_MASK_SIZE = 2048
+
+
+def compressed_causal_mask(device) -> torch.Tensor:
+    """The 2048x2048 mask FIA's sparse modes 2-4 require: True strictly above the diagonal."""
+    size = FIA_COMPRESSED_MASK_SIZE
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
+
+
+def _fia_heads(q, k) -> dict:
+    return {"num_heads": q.shape[1], "num_key_value_heads": k.shape[1], "input_layout": "BNSD"}
+
+
+class _AscendAttention:
+    """FIA mapping, mixed into AscendBackend. Masks are bool; FIA's polarity is True = masked."""
+
+    # MASK-ENC / MASK-SWA-DECODE: boolean ops, shared with native.
+    encoder_attention_mask = staticmethod(_native.encoder_attention_mask)
+    swa_decode_mask = staticmethod(_native.swa_decode_mask)
+
+    # WINDOW-CONV: the whole window mapping lives in these two methods.
+    def cann_prefill_tokens(self, sliding_window):
+        _mask_oracle.require_window(sliding_window)
+        if sliding_window is None:
+            return {"pre_tokens": _mask_oracle.CANN_MAX_TOKENS, "next_tokens": 0}
+        return {"pre_tokens": sliding_window - 1, "next_tokens": 0}
+
+    def decode_mask_window(self, sliding_window):
+        return _mask_oracle.require_window(sliding_window, optional=False)
+
+    def _fia(self, q, k, v, *, scale, **options):
+        return self.ops.npu_fused_infer_attention_score(q, k, v, scale=scale, **_fia_heads(q, k), **options)[
+            0
+        ]
+
+    def attention(self, q, k, v, *, allowed, scale):
+        """ATTN: sparse_mode 1 (full explicit mask), polarity inverted for FIA; bool masks only."""
+        batch, q_heads, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k, v)
+        scale = _attention_oracle._require_scale(scale)
+        if not isinstance(allowed, torch.Tensor) or allowed.dtype != torch.bool:
+            raise TypeError(
+                f"allowed must be a bool tensor (True = attend), got {getattr(allowed, 'dtype', allowed)}"
+            )
+        masked = ~allowed.expand(batch, q_heads, q_len, kv_len)
+        if bool((masked != masked[:, :1]).any()):
+            raise ValueError("allowed must be the same for every head (FIA takes one mask per batch)")
+        return self._fia(q, k, v, scale=scale, atten_mask=masked[:, :1].contiguous(), sparse_mode=1)
+
+    def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
+        """ATTN-PREFILL: band (sparse_mode 4) or causal (3) from the compressed mask; with padding,
+        an explicit full mask (sparse_mode 0), since FIA's lengths only express right padding."""
+        _, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k, v)
+        if q_len != kv_len:
+            raise ValueError(f"prefill needs q and k/v of one length S, got Sq={q_len} and Sk={kv_len}")
+        scale = _attention_oracle._require_scale(scale)
+        tokens = self.cann_prefill_tokens(sliding_window)
+        # S = 1 dispatches to the incremental kernel, which would read the compressed mask as
+        # an explicit [B, 1, 1, Sk] mask: take the explicit-mask path below instead.
+        if padding_mask is None and q_len > 1:
+            sparse_mode = 3 if sliding_window is None else 4
+            return self._fia(
+                q,
+                k,
+                v,
+                scale=scale,
+                atten_mask=compressed_causal_mask(q.device),
+                sparse_mode=sparse_mode,
+                **tokens,
+            )
+        allowed = self.encoder_attention_mask(
+            q_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
+        )
+        if allowed.dim() == 4 and allowed.shape[0] != q.shape[0]:
+            raise ValueError(f"padding_mask must have B={q.shape[0]} rows, got {allowed.shape[0]}")
+        masked = (~allowed).expand(q.shape[0], 1, q_len, kv_len).contiguous()
+        return self._fia(q, k, v, scale=scale, atten_mask=masked, sparse_mode=0, **tokens)
+
+    def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
+        """ATTN-DECODE: an explicit SWA mask (True = masked) plus actual_seq_lengths_kv; for query
+        length 1 FIA ignores pre_tokens/next_tokens and sparse_mode."""
+        _, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k_cache, v_cache)
+        if q_len != 1:
+            raise ValueError(f"q must be [B, Hq, 1, D] (one token per sequence), got {tuple(q.shape)}")
+        scale = _attention_oracle._require_scale(scale)
+        _mask_oracle.require_window(sliding_window)
+        seq_lens = _mask_oracle.validate_seq_lens(seq_lens, kv_len)
+        if seq_lens.shape[0] != q.shape[0]:
+            raise ValueError(f"seq_lens must have B={q.shape[0]} entries, got {seq_lens.shape[0]}")
+        window = kv_len if sliding_window is None else self.decode_mask_window(sliding_window)
+        masked = self.swa_decode_mask(seq_lens.to(q.device), kv_len, window=window)[:, :, None, :]
+        return self._fia(
+            q, k_cache, v_cache, scale=scale, atten_mask=masked, actual_seq_lengths_kv=seq_lens.tolist()
+        )
+
+
+for _name, _member in vars(_AscendAttention).items():
+    if not _name.startswith("__"):
+        setattr(AscendBackend, _name, _member)

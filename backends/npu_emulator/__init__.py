@@ -7,5 +7,6 @@ family; this package re-exports their ops under the ``torch_npu`` names.
 """
 
 from backends.npu_emulator.activations import npu_geglu, npu_swiglu
+from backends.npu_emulator.attention import npu_fused_infer_attention_score
 
-__all__ = ["npu_geglu", "npu_swiglu"]
+__all__ = ["npu_geglu", "npu_swiglu", "npu_fused_infer_attention_score"]

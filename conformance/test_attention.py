@@ -1,0 +1,330 @@
+"""Conformance properties for spec/attention.md (ATTN, ATTN-PREFILL, ATTN-DECODE) and PREFILL-DECODE."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.checks import assert_close, check, describe
+from conformance.mask_strategies import PADDING_PATTERNS, attention_recipes, make_padding_mask, windows
+from reference import attention as oracle
+from reference.masks import additive_mask
+
+FAMILY = "attention"
+
+
+def value_scale(v: torch.Tensor, q_heads: int, valid_keys: torch.Tensor | None = None) -> torch.Tensor:
+    """ATTN-TOL: max(1, max |v|) per (batch, kv head) over the keys in the sequence, per query head."""
+    v = v.detach().cpu().double().abs()
+    if valid_keys is not None:
+        v = v * valid_keys.cpu()[:, None, :, None]
+    per_head = v.amax(dim=(2, 3), keepdim=True).clamp_min(1.0)
+    return per_head.repeat_interleave(q_heads // v.shape[1], dim=1)
+
+
+def compare(out, want, v, *, clause, context, rows=None, valid_keys=None):
+    """assert_close on the rows that the clause compares (``rows``: bool [B, Sq], default all)."""
+    if rows is not None:
+        keep = rows.cpu()[:, None, :, None]
+        out, want = torch.where(keep, out.detach().cpu(), 0), torch.where(keep, want, 0)
+    assert_close(
+        out,
+        want,
+        clause=clause,
+        family=FAMILY,
+        atol_scale=value_scale(v, want.shape[1], valid_keys),
+        context=context,
+    )
+
+
+def random_allowed(batch, q_len, kv_len, seed, device):
+    """[B, 1, Sq, Sk] bool with about 60% allowed; row 0 of batch 0 is empty when seed is even."""
+    gen = torch.Generator().manual_seed(seed)
+    allowed = torch.rand(batch, 1, q_len, kv_len, generator=gen) < 0.6
+    if seed % 2 == 0:
+        allowed[0, 0, 0] = False
+    return allowed.to(device)
+
+
+@pytest.mark.clause("ATTN")
+@pytest.mark.op("attention")
+@given(recipe=attention_recipes(same_len=False, max_len=64))
+def test_attention_matches_oracle(backend, device, recipe):
+    """attention with an arbitrary bool mask matches ATTN; rows with no allowed key are zeros."""
+    q, k, v = recipe.make(device)
+    allowed = random_allowed(recipe.batch, recipe.q_len, recipe.kv_len, recipe.seed, device)
+    scale = oracle.default_scale(recipe.head_dim)
+    out = backend.attention(q, k, v, allowed=allowed, scale=scale)
+    want = oracle.attention(q.cpu(), k.cpu(), v.cpu(), allowed=allowed.cpu(), scale=scale)
+    compare(out, want, v, clause="ATTN", context=describe(backend, device, "attention", recipe=recipe))
+
+
+@pytest.mark.clause("ATTN-PREFILL")
+@pytest.mark.op("prefill_attention")
+@given(data=st.data(), recipe=attention_recipes(), padding=st.sampled_from(PADDING_PATTERNS))
+def test_prefill_matches_oracle(backend, device, data, recipe, padding):
+    """prefill_attention matches ATTN with MASK-ENC on every real (unpadded) query row."""
+    sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
+    padding_mask = make_padding_mask(padding, recipe.batch, recipe.kv_len, recipe.seed)
+    q, k, v = recipe.make(device)
+    scale = oracle.default_scale(recipe.head_dim)
+    on_device = None if padding_mask is None else padding_mask.to(device)
+    out = backend.prefill_attention(
+        q, k, v, sliding_window=sliding_window, padding_mask=on_device, scale=scale
+    )
+    want = oracle.prefill_attention(
+        q.cpu(), k.cpu(), v.cpu(), sliding_window=sliding_window, padding_mask=padding_mask, scale=scale
+    )
+    context = describe(
+        backend, device, "prefill_attention", recipe=recipe, sliding_window=sliding_window, padding=padding
+    )
+    compare(out, want, v, clause="ATTN-PREFILL", context=context, rows=padding_mask, valid_keys=padding_mask)
+
+
+@st.composite
+def _window_inside(draw, recipe):
+    return draw(st.integers(1, max(1, recipe.kv_len - 1)))
+
+
+@pytest.mark.clause("ATTN-PREFILL")
+@pytest.mark.op("prefill_attention")
+@given(data=st.data(), recipe=attention_recipes(dtypes=(torch.float32,), max_len=80))
+def test_prefill_window_is_exact_in_float32(backend, device, data, recipe):
+    """With W < S in float32, one key more or less than W (|v|/W) is far outside the tolerance."""
+    sliding_window = data.draw(_window_inside(recipe), label="sliding_window")
+    q, k, v = recipe.make(device)
+    scale = oracle.default_scale(recipe.head_dim)
+    out = backend.prefill_attention(q, k, v, sliding_window=sliding_window, padding_mask=None, scale=scale)
+    want = oracle.prefill_attention(
+        q.cpu(), k.cpu(), v.cpu(), sliding_window=sliding_window, padding_mask=None, scale=scale
+    )
+    context = describe(backend, device, "prefill_attention", recipe=recipe, sliding_window=sliding_window)
+    compare(out, want, v, clause="ATTN-PREFILL", context=context)
+
+
+@st.composite
+def decode_lengths(draw, batch: int, kv_len: int) -> torch.Tensor:
+    return torch.tensor(
+        draw(st.lists(st.one_of(st.just(kv_len), st.integers(1, kv_len)), min_size=batch, max_size=batch))
+    )
+
+
+def poison_stale_rows(cache: torch.Tensor, seq_lens: torch.Tensor, value: float) -> torch.Tensor:
+    """Cache rows at or beyond L set to ``value`` (NaN or huge): they are not part of the sequence."""
+    stale = torch.arange(cache.shape[2], device=cache.device)[None, :] >= seq_lens.to(cache.device)[:, None]
+    return cache.masked_fill(stale[:, None, :, None], value)
+
+
+@pytest.mark.clause("ATTN-DECODE")
+@pytest.mark.op("decode_attention")
+@given(
+    data=st.data(),
+    recipe=attention_recipes(same_len=False, q_len=1, max_len=128),
+    poison=st.sampled_from([float("nan"), 1e30]),
+)
+def test_decode_matches_oracle(backend, device, data, recipe, poison):
+    """decode_attention matches row L - 1 of the prefill; stale cache rows (NaN, 1e30) are never read."""
+    seq_lens = data.draw(decode_lengths(recipe.batch, recipe.kv_len), label="seq_lens")
+    sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
+    q, k, v = recipe.make(device)
+    poison = (
+        poison
+        if recipe.dtype == torch.float32 or math.isnan(poison)
+        else 6e4
+        if recipe.dtype == torch.float16
+        else 1e30
+    )
+    k_cache, v_cache = (poison_stale_rows(t, seq_lens, poison) for t in (k, v))
+    scale = oracle.default_scale(recipe.head_dim)
+    out = backend.decode_attention(
+        q, k_cache, v_cache, seq_lens.to(device), sliding_window=sliding_window, scale=scale
+    )
+    want = oracle.decode_attention(
+        q.cpu(), k_cache.cpu(), v_cache.cpu(), seq_lens, sliding_window=sliding_window, scale=scale
+    )
+    valid_keys = torch.arange(recipe.kv_len)[None, :] < seq_lens[:, None]
+    context = describe(
+        backend, device, "decode_attention", recipe=recipe, seq_lens=seq_lens.tolist(),
+        sliding_window=sliding_window, stale_rows=poison,
+    )  # fmt: skip
+    compare(out, want, v, clause="ATTN-DECODE", context=context, valid_keys=valid_keys)
+
+
+@pytest.mark.clause("PREFILL-DECODE")
+@pytest.mark.op("decode_attention")
+@given(data=st.data(), recipe=attention_recipes(dtypes=(torch.float32,), max_len=80))
+def test_decode_equals_prefill_row(backend, device, data, recipe):
+    """Decoding the token at position p gives row p of the same backend's prefill (same W)."""
+    if not callable(getattr(backend, "prefill_attention", None)):
+        pytest.skip(f"not implemented: backend {backend.name!r} has no op 'prefill_attention'")
+    sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
+    positions = data.draw(decode_lengths(recipe.batch, recipe.kv_len), label="lengths") - 1
+    q, k, v = recipe.make(device)
+    scale = oracle.default_scale(recipe.head_dim)
+    prefill = backend.prefill_attention(
+        q, k, v, sliding_window=sliding_window, padding_mask=None, scale=scale
+    )
+    batch_index = torch.arange(recipe.batch)
+    q_token = q[batch_index, :, positions.to(device)][:, :, None]  # [B, Hq, 1, D]
+    decode = backend.decode_attention(
+        q_token, k, v, (positions + 1).to(device), sliding_window=sliding_window, scale=scale
+    )
+    prefill_rows = prefill[batch_index, :, positions.to(device)][:, :, None]
+    context = describe(
+        backend, device, "decode_attention vs prefill_attention", recipe=recipe,
+        positions=positions.tolist(), sliding_window=sliding_window,
+    )  # fmt: skip
+    compare(decode, prefill_rows.detach().cpu().double(), v, clause="PREFILL-DECODE", context=context)
+
+
+@pytest.mark.clause("ATTN-SCALE")
+@pytest.mark.op("prefill_attention")
+@given(recipe=attention_recipes(scales=(3.0,), max_len=48))
+def test_scale_is_the_one_passed(backend, device, recipe):
+    """Large scores with scale = 1/sqrt(D): a backend that uses another scale (the op default 1.0) fails."""
+    q, k, v = recipe.make(device)
+    scale = oracle.default_scale(recipe.head_dim)
+    out = backend.prefill_attention(q, k, v, sliding_window=None, padding_mask=None, scale=scale)
+    want = oracle.prefill_attention(
+        q.cpu(), k.cpu(), v.cpu(), sliding_window=None, padding_mask=None, scale=scale
+    )
+    compare(
+        out,
+        want,
+        v,
+        clause="ATTN-SCALE",
+        context=describe(backend, device, "prefill_attention", recipe=recipe),
+    )
+
+
+@pytest.mark.clause("ATTN-FLOAT-MASK")
+@pytest.mark.op("attention")
+@given(recipe=attention_recipes(max_len=48))
+def test_additive_mask_in_query_dtype_equals_bool(backend, device, recipe):
+    """An additive 0/-inf mask in q's dtype gives the bool mask's result, or is rejected with TypeError."""
+    q, k, v = recipe.make(device)
+    allowed = random_allowed(recipe.batch, recipe.q_len, recipe.kv_len, recipe.seed | 1, device)
+    allowed |= torch.eye(recipe.q_len, dtype=torch.bool, device=device)  # no empty rows
+    scale = oracle.default_scale(recipe.head_dim)
+    try:
+        from_float = backend.attention(q, k, v, allowed=additive_mask(allowed, q.dtype), scale=scale)
+    except TypeError:
+        return  # allowed: a backend may take bool masks only
+    from_bool = backend.attention(q, k, v, allowed=allowed, scale=scale)
+    compare(
+        from_float, from_bool.detach().cpu().double(), v, clause="ATTN-FLOAT-MASK",
+        context=describe(backend, device, "attention", recipe=recipe, mask=f"additive {q.dtype}"),
+    )  # fmt: skip
+
+
+@pytest.mark.clause("ATTN-FLOAT-MASK", "MASK-DTYPE")
+@pytest.mark.op("attention")
+@pytest.mark.parametrize("q_dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_float32_mask_with_half_queries_is_rejected(backend, device, q_dtype):
+    """A float32 0/-inf mask with fp16/bf16 queries (the SANA bug) raises TypeError."""
+    q = torch.randn(1, 2, 4, 16, device=device).to(q_dtype)
+    allowed = torch.ones(4, 4, dtype=torch.bool, device=device).tril()
+    try:
+        backend.attention(q, q, q, allowed=additive_mask(allowed, torch.float32), scale=0.25)
+    except TypeError:
+        return
+    except Exception as exc:  # noqa: BLE001 - the wrong type is itself the finding
+        check(
+            False,
+            clause="ATTN-FLOAT-MASK",
+            message=f"backend {backend.name!r}: raised {type(exc).__name__}: {exc}",
+        )
+    check(
+        False,
+        clause="ATTN-FLOAT-MASK",
+        message=f"backend {backend.name!r}: attention accepted a float32 mask with {q_dtype} queries; "
+        "expected TypeError (NPU SDPA rejects it; CPU SDPA silently accepts it)",
+    )
+
+
+def _qkv(device, *, batch=1, q_heads=2, kv_heads=1, q_len=4, kv_len=4, head_dim=16, dtype=torch.float32):
+    q = torch.randn(batch, q_heads, q_len, head_dim, device=device, dtype=dtype)
+    kv = torch.randn(batch, kv_heads, kv_len, head_dim, device=device, dtype=dtype)
+    return q, kv, kv.clone()
+
+
+ATTENTION_ERROR_CASES = [
+    ("heads-not-multiple", "prefill_attention", lambda d: (_qkv(d, q_heads=3, kv_heads=2), {})),
+    ("q-3d", "prefill_attention", lambda d: ((torch.ones(2, 4, 16, device=d), *_qkv(d)[1:]), {})),
+    ("head-dim-mismatch", "prefill_attention", lambda d: ((_qkv(d)[0], *_qkv(d, head_dim=8)[1:]), {})),
+    ("batch-mismatch", "prefill_attention", lambda d: ((_qkv(d)[0], *_qkv(d, batch=2)[1:]), {})),
+    ("lengths-differ", "prefill_attention", lambda d: (_qkv(d, q_len=3), {})),
+    ("window-zero", "prefill_attention", lambda d: (_qkv(d), {"sliding_window": 0})),
+    ("padding-float", "prefill_attention", lambda d: (_qkv(d), {"padding_mask": torch.ones(1, 4, device=d)})),
+    ("scale-zero", "prefill_attention", lambda d: (_qkv(d), {"scale": 0.0})),
+    ("q-len-2", "decode_attention", lambda d: (_qkv(d, q_len=2), {"seq_lens": torch.tensor([2], device=d)})),
+    (
+        "length-zero",
+        "decode_attention",
+        lambda d: (_qkv(d, q_len=1), {"seq_lens": torch.tensor([0], device=d)}),
+    ),
+    (
+        "length-over-kv",
+        "decode_attention",
+        lambda d: (_qkv(d, q_len=1), {"seq_lens": torch.tensor([5], device=d)}),
+    ),
+    (
+        "lengths-float",
+        "decode_attention",
+        lambda d: (_qkv(d, q_len=1), {"seq_lens": torch.tensor([2.0], device=d)}),
+    ),
+    ("window-zero", "decode_attention", lambda d: (_qkv(d, q_len=1), {"sliding_window": 0})),
+]
+
+
+def _call(op, tensors, overrides, device):
+    if op == "prefill_attention":
+        options = {"sliding_window": None, "padding_mask": None, "scale": 0.25, **overrides}
+        return lambda impl: impl.prefill_attention(*tensors, **options)
+    options = {
+        "seq_lens": torch.tensor([3], device=device),
+        "sliding_window": None,
+        "scale": 0.25,
+        **overrides,
+    }
+    seq_lens = options.pop("seq_lens")
+    return lambda impl: impl.decode_attention(*tensors, seq_lens, **options)
+
+
+@pytest.mark.clause("ATTN-ERRORS")
+@pytest.mark.parametrize(
+    "op, make",
+    [
+        pytest.param(op, make, marks=pytest.mark.op(op), id=f"{op}-{name}")
+        for name, op, make in ATTENTION_ERROR_CASES
+    ],
+)
+def test_attention_errors(backend, device, op, make):
+    """Bad attention input raises ValueError naming the argument (and the oracle agrees)."""
+    tensors, overrides = make(device)
+    with pytest.raises(ValueError):
+        _call(
+            op,
+            [t.cpu() for t in tensors],
+            {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in overrides.items()},
+            "cpu",
+        )(oracle)
+    try:
+        _call(op, tensors, overrides, device)(backend)
+    except ValueError:
+        return
+    except Exception as exc:  # noqa: BLE001 - the wrong type is itself the finding
+        check(
+            False,
+            clause="ATTN-ERRORS",
+            message=f"backend {backend.name!r}: {op} raised {type(exc).__name__}: {exc}",
+        )
+    check(
+        False,
+        clause="ATTN-ERRORS",
+        message=f"backend {backend.name!r}: {op} accepted bad input; expected ValueError",
+    )

@@ -1,0 +1,211 @@
+"""Conformance properties for spec/masks.md: the encoder mask, the Ascend decode mask, window conversions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.checks import check, describe
+from conformance.mask_strategies import decode_mask_cases, mask_cases
+from reference import masks as oracle
+
+
+def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
+    where = tuple(int(i) for i in (got.cpu() != want.cpu()).nonzero()[0])
+    count = int((got.cpu() != want.cpu()).sum())
+    return f"{count} entries differ; first at {where}: got {bool(got.cpu()[where])}"
+
+
+def check_mask(got, want: torch.Tensor, *, device, clause: str, context: str) -> None:
+    """MASK-DTYPE first (bool), then shape, device and every value (``clause``)."""
+    check(
+        isinstance(got, torch.Tensor) and got.dtype == torch.bool,
+        clause="MASK-DTYPE",
+        message=f"{context}: mask dtype {getattr(got, 'dtype', type(got).__name__)}, expected torch.bool",
+    )
+    check(
+        tuple(got.shape) == tuple(want.shape) and got.device.type == torch.device(device).type,
+        clause=clause,
+        message=f"{context}: mask shape {tuple(got.shape)} on {got.device}, "
+        f"expected {tuple(want.shape)} on {device}",
+    )
+    if not torch.equal(got.cpu(), want.cpu()):
+        check(False, clause=clause, message=f"{context}: {_first_difference(got, want)}")
+
+
+@pytest.mark.clause("MASK-ENC", "MASK-DTYPE")
+@pytest.mark.op("encoder_attention_mask")
+@given(case=mask_cases())
+def test_encoder_mask_matches_oracle(backend, device, case):
+    """The encoder mask equals MASK-ENC exactly: bool, shape, device, every entry."""
+    padding_mask = case.padding_mask()
+    padding_mask = None if padding_mask is None else padding_mask.to(device)
+    got = backend.encoder_attention_mask(
+        case.seq_len, sliding_window=case.sliding_window, padding_mask=padding_mask, device=device
+    )
+    want = oracle.encoder_attention_mask(
+        case.seq_len, sliding_window=case.sliding_window, padding_mask=padding_mask
+    )
+    context = describe(
+        backend, device, "encoder_attention_mask", seq_len=case.seq_len, sliding_window=case.sliding_window,
+        padding=case.padding, batch=case.batch,
+    )  # fmt: skip
+    check_mask(got, want, device=device, clause="MASK-ENC", context=context)
+
+
+@pytest.mark.clause("MASK-ENC")
+@pytest.mark.op("encoder_attention_mask")
+@given(case=mask_cases(max_seq_len=64, paddings=("right", "left", "holes")))
+def test_encoder_mask_accepts_integer_padding(backend, device, case):
+    """A 0/1 int64 padding mask gives the same mask as its bool form."""
+    padding_mask = case.padding_mask().to(device)
+    got = backend.encoder_attention_mask(
+        case.seq_len, sliding_window=case.sliding_window, padding_mask=padding_mask.long(), device=device
+    )
+    want = oracle.encoder_attention_mask(
+        case.seq_len, sliding_window=case.sliding_window, padding_mask=padding_mask
+    )
+    context = describe(backend, device, "encoder_attention_mask", seq_len=case.seq_len, padding="int64 0/1")
+    check_mask(got, want, device=device, clause="MASK-ENC", context=context)
+
+
+@pytest.mark.clause("MASK-SWA-DECODE", "MASK-DTYPE")
+@pytest.mark.op("swa_decode_mask")
+@given(case=decode_mask_cases())
+def test_swa_decode_mask_matches_oracle(backend, device, case):
+    """The decode mask equals MASK-SWA-DECODE exactly (True = masked out)."""
+    seq_lens, kv_len, window = case
+    got = backend.swa_decode_mask(seq_lens.to(device), kv_len, window=window)
+    want = oracle.swa_decode_mask(seq_lens, kv_len, window=window)
+    context = describe(
+        backend, device, "swa_decode_mask", seq_lens=seq_lens.tolist(), kv_len=kv_len, window=window
+    )
+    check_mask(got, want, device=device, clause="MASK-SWA-DECODE", context=context)
+
+
+CONVERTERS = ["flash_attention_window", "cann_prefill_tokens", "decode_mask_window"]
+
+
+@pytest.mark.clause("WINDOW-CONV")
+@pytest.mark.parametrize("converter", [pytest.param(c, marks=pytest.mark.op(c), id=c) for c in CONVERTERS])
+@pytest.mark.parametrize("sliding_window", [None, 1, 2, 7, 512, 4096])
+def test_window_converter(backend, device, converter, sliding_window):
+    """A backend's window converter returns exactly the documented value for W."""
+    if sliding_window is None and converter == "decode_mask_window":
+        pytest.skip("decode_mask_window takes a window; None is not in its domain")
+    got = getattr(backend, converter)(sliding_window)
+    want = getattr(oracle, converter)(sliding_window)
+    check(
+        got == want,
+        clause="WINDOW-CONV",
+        message=f"backend {backend.name!r}: {converter}({sliding_window!r}) = {got!r}, expected {want!r}",
+    )
+
+
+MASK_ERROR_CASES = [
+    # (id, op, call)
+    ("seq-len-zero", "encoder_attention_mask", lambda b, d: b.encoder_attention_mask(0, device=d)),
+    ("seq-len-float", "encoder_attention_mask", lambda b, d: b.encoder_attention_mask(3.0, device=d)),
+    (
+        "window-zero",
+        "encoder_attention_mask",
+        lambda b, d: b.encoder_attention_mask(4, sliding_window=0, device=d),
+    ),
+    (
+        "padding-float",
+        "encoder_attention_mask",
+        lambda b, d: b.encoder_attention_mask(4, padding_mask=torch.ones(2, 4, device=d), device=d),
+    ),
+    (
+        "padding-wrong-length",
+        "encoder_attention_mask",
+        lambda b, d: b.encoder_attention_mask(4, padding_mask=torch.ones(2, 5, dtype=torch.bool, device=d)),
+    ),
+    (
+        "padding-1d",
+        "encoder_attention_mask",
+        lambda b, d: b.encoder_attention_mask(4, padding_mask=torch.ones(4, dtype=torch.bool, device=d)),
+    ),
+    (
+        "padding-not-0-1",
+        "encoder_attention_mask",
+        lambda b, d: b.encoder_attention_mask(3, padding_mask=torch.tensor([[1, 2, 0]], device=d)),
+    ),
+    (
+        "window-zero",
+        "swa_decode_mask",
+        lambda b, d: b.swa_decode_mask(torch.tensor([2], device=d), 4, window=0),
+    ),
+    (
+        "length-zero",
+        "swa_decode_mask",
+        lambda b, d: b.swa_decode_mask(torch.tensor([0], device=d), 4, window=2),
+    ),
+    (
+        "length-over-kv",
+        "swa_decode_mask",
+        lambda b, d: b.swa_decode_mask(torch.tensor([5], device=d), 4, window=2),
+    ),
+    (
+        "lengths-2d",
+        "swa_decode_mask",
+        lambda b, d: b.swa_decode_mask(torch.tensor([[2]], device=d), 4, window=2),
+    ),
+    (
+        "lengths-float",
+        "swa_decode_mask",
+        lambda b, d: b.swa_decode_mask(torch.tensor([2.0], device=d), 4, window=2),
+    ),
+    ("lengths-list", "swa_decode_mask", lambda b, d: b.swa_decode_mask([2], 4, window=2)),
+]
+
+
+@pytest.mark.clause("MASK-ERRORS")
+@pytest.mark.parametrize(
+    "op, call",
+    [
+        pytest.param(op, call, marks=pytest.mark.op(op), id=f"{op}-{name}")
+        for name, op, call in MASK_ERROR_CASES
+    ],
+)
+def test_mask_errors(backend, device, op, call):
+    """Bad mask input raises ValueError (and the oracle agrees)."""
+    with pytest.raises(ValueError):
+        call(oracle, "cpu")
+    try:
+        call(backend, device)
+    except ValueError:
+        return
+    except Exception as exc:  # noqa: BLE001 - the wrong type is itself the finding
+        check(
+            False,
+            clause="MASK-ERRORS",
+            message=f"backend {backend.name!r}: {op} raised {type(exc).__name__}: {exc}",
+        )
+    check(
+        False,
+        clause="MASK-ERRORS",
+        message=f"backend {backend.name!r}: {op} accepted bad input; expected ValueError",
+    )
+
+
+@pytest.mark.clause("MASK-ENC")
+@pytest.mark.op("encoder_attention_mask")
+@given(seq_len=st.integers(2, 64), extra=st.integers(0, 3))
+def test_window_at_least_seq_len_is_causal(backend, device, seq_len, extra):
+    """W >= S gives exactly the causal lower triangle; W = 1 exactly the diagonal."""
+    causal = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+    got = backend.encoder_attention_mask(seq_len, sliding_window=seq_len + extra, device=device)
+    check_mask(
+        got, causal, device=device, clause="MASK-ENC", context=f"{backend.name}: W={seq_len + extra} >= S"
+    )
+    got = backend.encoder_attention_mask(seq_len, sliding_window=1, device=device)
+    check_mask(
+        got,
+        torch.eye(seq_len, dtype=torch.bool),
+        device=device,
+        clause="MASK-ENC",
+        context=f"{backend.name}: W=1",
+    )

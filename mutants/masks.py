@@ -1,0 +1,154 @@
+"""Mask and attention mutants: the field's window, polarity, dtype and scale bugs (field notes, 1-3)."""
+
+from __future__ import annotations
+
+import torch
+
+from backends import native
+from backends.native import NativeBackend
+from backends.npu import EMULATED, AscendBackend
+from reference import masks as mask_oracle
+
+
+class _WrongAscend(AscendBackend):
+    def __init__(self, name: str):
+        super().__init__(name, EMULATED._load_ops, EMULATED._unavailable)
+
+
+class _WrongNative(NativeBackend):
+    """Native with its own encoder mask, which prefill also uses."""
+
+    def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+        raise NotImplementedError
+
+    def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
+        allowed = self.encoder_attention_mask(
+            q.shape[2], sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
+        )
+        return native.attention(q, k, v, allowed=allowed, scale=scale)
+
+
+class WindowOnFutureSide(_WrongNative):
+    """The window removes keys j - i > W, which causality already removed: a no-op.
+
+    Origin: the Gemma2 encoder on NPU (field notes, section 2); invisible while S <= W.
+    """
+
+    clauses = {"MASK-ENC", "ATTN-PREFILL"}
+
+    def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+        causal = native.encoder_attention_mask(seq_len, padding_mask=padding_mask, device=device)
+        if sliding_window is None:
+            return causal
+        position = torch.arange(seq_len, device=causal.device)
+        distance = position[None, :] - position[:, None]  # j - i
+        return causal & ~(distance > sliding_window)
+
+
+class PreTokensEqualsWindow(_WrongAscend):
+    """FIA prefill with pre_tokens = W: W + 1 keys, one more than decode and HF.
+
+    Origin: the Step-3.5 Ascend prefill (field notes, section 2).
+    """
+
+    clauses = {"WINDOW-CONV", "ATTN-PREFILL", "PREFILL-DECODE"}
+
+    def cann_prefill_tokens(self, sliding_window):
+        if sliding_window is None:
+            return {"pre_tokens": mask_oracle.CANN_MAX_TOKENS, "next_tokens": 0}
+        return {"pre_tokens": sliding_window, "next_tokens": 0}
+
+
+class DecodeReliesOnPreTokens(_WrongAscend):
+    """Decode passes sparse_mode=4 and pre_tokens = W - 1 but no explicit mask: for query
+    length 1 FIA ignores both, so the window is lost at decode.
+
+    Origin: the Step-3.5 decode path before the fix (field notes, sections 1 and 3).
+    """
+
+    clauses = {"ATTN-DECODE", "PREFILL-DECODE"}
+
+    def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
+        tokens = self.cann_prefill_tokens(sliding_window)
+        return self._fia(
+            q, k_cache, v_cache, scale=scale, sparse_mode=4, atten_mask=None,
+            actual_seq_lengths_kv=seq_lens.tolist(), **tokens,
+        )  # fmt: skip
+
+
+class DecodeMaskPolarityInverted(_WrongAscend):
+    """The decode mask built with the SDPA polarity (True = visible) and handed to FIA.
+
+    Origin: the two polarities of field notes, section 2.
+    """
+
+    clauses = {"MASK-SWA-DECODE", "ATTN-DECODE"}
+
+    def swa_decode_mask(self, seq_lens, kv_len, *, window):
+        return ~native.swa_decode_mask(seq_lens, kv_len, window=window)
+
+
+class Float32AdditiveMask(_WrongNative):
+    """The encoder mask as a float32 0/-inf additive mask, whatever the query dtype.
+
+    Origin: the SANA Gemma2 encoder on NPU (field notes, section 1).
+    """
+
+    clauses = {"MASK-DTYPE", "ATTN-FLOAT-MASK"}
+
+    def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+        allowed = native.encoder_attention_mask(
+            seq_len, sliding_window=sliding_window, padding_mask=padding_mask, device=device
+        )
+        return torch.zeros(allowed.shape, device=allowed.device).masked_fill(~allowed, float("-inf"))
+
+    def attention(self, q, k, v, *, allowed, scale):
+        import torch.nn.functional as F
+
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
+
+
+class PaddingOnQueries(_WrongNative):
+    """The padding mask applied to query rows instead of key columns.
+
+    Origin: a [B, 1, S, 1] broadcast where [B, 1, 1, S] was meant.
+    """
+
+    clauses = {"MASK-ENC", "ATTN-PREFILL"}
+
+    def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+        allowed = native.encoder_attention_mask(seq_len, sliding_window=sliding_window, device=device)
+        if padding_mask is None:
+            return allowed
+        padding_mask = mask_oracle.validate_padding_mask(padding_mask, seq_len)
+        return allowed[None, None] & padding_mask.to(allowed.device)[:, None, :, None]
+
+
+class ScaleLeftAtOpDefault(_WrongAscend):
+    """FIA called without scale: the op default 1.0 instead of 1/sqrt(D).
+
+    Origin: FIA's documented default (field notes, section 3).
+    """
+
+    clauses = {"ATTN-SCALE", "ATTN-PREFILL", "ATTN-DECODE"}
+
+    def _fia(self, q, k, v, *, scale, **options):
+        heads = {"num_heads": q.shape[1], "num_key_value_heads": k.shape[1], "input_layout": "BNSD"}
+        return self.ops.npu_fused_infer_attention_score(q, k, v, **heads, **options)[0]
+
+
+def _named(cls, name):
+    backend = cls(name) if issubclass(cls, AscendBackend) else cls()
+    backend.name = name
+    return backend
+
+
+BACKENDS = [
+    _named(WindowOnFutureSide, "wrong-window-on-future-side"),
+    _named(PreTokensEqualsWindow, "wrong-pre-tokens-equals-window"),
+    _named(DecodeReliesOnPreTokens, "wrong-decode-relies-on-pre-tokens"),
+    _named(DecodeMaskPolarityInverted, "wrong-decode-mask-polarity-inverted"),
+    _named(Float32AdditiveMask, "wrong-float32-additive-mask"),
+    _named(PaddingOnQueries, "wrong-padding-on-queries"),
+    _named(ScaleLeftAtOpDefault, "wrong-scale-left-at-op-default"),
+]

@@ -1,0 +1,176 @@
+"""Oracles for the attention contracts: spec/attention.md.
+
+Float64 throughout. ``attention`` works in blocks of query rows, so its extra memory is
+O(block x Sk) per head instead of O(Sq x Sk); within a block it reads only the span of keys
+that some query of the block may see (exact: a key outside every row's mask contributes a
+probability of exactly zero). tests/test_reference_attention.py proves the blocked result
+equal to the one-block definition and to a per-element brute force.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from reference.masks import encoder_attention_mask, require_window, swa_decode_mask, validate_seq_lens
+
+__all__ = [
+    "QUERY_BLOCK",
+    "attention",
+    "decode_attention",
+    "default_scale",
+    "prefill_attention",
+    "validate_qkv",
+]
+
+QUERY_BLOCK = 256
+
+
+def _require_float_tensor(value, name: str, rank: int) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        raise ValueError(
+            f"{name} must be a floating tensor, got {getattr(value, 'dtype', type(value).__name__)}"
+        )
+    if value.dim() != rank or value.numel() == 0:
+        raise ValueError(f"{name} must be a non-empty {rank}-D tensor, got shape {tuple(value.shape)}")
+    return value
+
+
+def validate_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
+    """ATTN-ERRORS: q [B, Hq, Sq, D], k/v [B, Hkv, Sk, D], Hq a multiple of Hkv.
+
+    Returns B, Hq, Hkv, Sq, Sk, D.
+    """
+    _require_float_tensor(q, "q", 4)
+    _require_float_tensor(k, "k", 4)
+    _require_float_tensor(v, "v", 4)
+    batch, q_heads, q_len, head_dim = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise ValueError(
+            f"k/v must be [B={batch}, Hkv, Sk, D={head_dim}] to fit q {tuple(q.shape)}, got {tuple(k.shape)}"
+        )
+    kv_heads = k.shape[1]
+    if q_heads % kv_heads:
+        raise ValueError(f"q heads (Hq={q_heads}) must be a multiple of k/v heads (Hkv={kv_heads})")
+    return batch, q_heads, kv_heads, q_len, k.shape[2], head_dim
+
+
+def _require_scale(scale) -> float:
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, numbers.Real)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    return float(scale)
+
+
+def default_scale(head_dim: int) -> float:
+    """The usual softmax scale 1/sqrt(D) (the contracts take ``scale`` explicitly)."""
+    return 1.0 / math.sqrt(head_dim)
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, allowed: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """ATTN: softmax(scale * q k^T restricted to ``allowed``) v, in float64; shape [B, Hq, Sq, D].
+
+    ``allowed`` is bool, True = attend, broadcastable to [B, Hq, Sq, Sk]. GQA: query head h
+    reads k/v head h // (Hq / Hkv). A query row with no allowed key returns zeros. A key
+    that is not allowed gets probability exactly 0 (its score is never exponentiated).
+    """
+    batch, q_heads, kv_heads, q_len, kv_len, head_dim = validate_qkv(q, k, v)
+    scale = _require_scale(scale)
+    if not isinstance(allowed, torch.Tensor) or allowed.dtype != torch.bool:
+        raise ValueError(
+            f"allowed must be a bool tensor (True = attend), got {getattr(allowed, 'dtype', allowed)!r}"
+        )
+    try:
+        allowed = allowed.expand(batch, q_heads, q_len, kv_len)
+    except RuntimeError:
+        raise ValueError(
+            f"allowed must broadcast to [B, Hq, Sq, Sk] = {[batch, q_heads, q_len, kv_len]}, "
+            f"got {tuple(allowed.shape)}"
+        ) from None
+    group = q_heads // kv_heads
+    # [B, Hkv, group, S, D]: query head h = kv_head * group + g, so no k/v copy is needed.
+    q = q.detach().to(torch.float64).reshape(batch, kv_heads, group, q_len, head_dim)
+    k = k.detach().to(torch.float64)[:, :, None]
+    v = v.detach().to(torch.float64)[:, :, None]
+    allowed = allowed.to(q.device).reshape(batch, kv_heads, group, q_len, kv_len)
+    out = torch.zeros_like(q)
+    for start in range(0, q_len, QUERY_BLOCK):
+        rows = slice(start, min(start + QUERY_BLOCK, q_len))
+        block_allowed = allowed[:, :, :, rows]
+        seen = block_allowed.flatten(0, 3).any(0).nonzero()
+        if seen.numel() == 0:
+            continue  # no row of the block sees any key: zeros
+        keys = slice(int(seen[0]), int(seen[-1]) + 1)
+        block_allowed = block_allowed[..., keys]
+        scores = (q[:, :, :, rows] @ k[..., keys, :].transpose(-1, -2)) * scale
+        scores = scores.masked_fill(~block_allowed, float("-inf"))
+        row_max = scores.amax(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).min)
+        weights = torch.exp(scores - row_max)  # exp(-inf) = 0 for every key not allowed
+        total = weights.sum(-1, keepdim=True)
+        probs = torch.where(total > 0, weights / total, 0.0)
+        out[:, :, :, rows] = probs @ v[..., keys, :]
+    return out.reshape(batch, q_heads, q_len, head_dim)
+
+
+def prefill_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    sliding_window: int | None,
+    padding_mask: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """ATTN-PREFILL: ATTN with allowed = MASK-ENC(S, sliding_window, padding_mask); Sq = Sk = S.
+
+    Rows of padded query tokens are unspecified (the properties exclude them).
+    """
+    _, _, _, q_len, kv_len, _ = validate_qkv(q, k, v)
+    if q_len != kv_len:
+        raise ValueError(f"prefill needs q and k/v of one length S, got Sq={q_len} and Sk={kv_len}")
+    allowed = encoder_attention_mask(
+        q_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
+    )
+    if allowed.dim() == 4 and allowed.shape[0] != q.shape[0]:
+        raise ValueError(f"padding_mask must have B={q.shape[0]} rows, got {allowed.shape[0]}")
+    return attention(q, k, v, allowed=allowed, scale=scale)
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sliding_window: int | None,
+    scale: float,
+) -> torch.Tensor:
+    """ATTN-DECODE: q [B, Hq, 1, D] is the token at position L - 1 of each sequence (L = seq_lens[b]).
+
+    It attends cache positions max(0, L - W) <= j <= L - 1 (all j <= L - 1 without a window):
+    row L - 1 of ATTN-PREFILL. Cache rows at or beyond L are not part of the sequence; they
+    are removed before any arithmetic, so NaN or huge values there cannot influence the result.
+    """
+    _, _, _, q_len, kv_len, _ = validate_qkv(q, k_cache, v_cache)
+    if q_len != 1:
+        raise ValueError(f"q must be [B, Hq, 1, D] (one token per sequence), got {tuple(q.shape)}")
+    sliding_window = require_window(sliding_window)
+    seq_lens = validate_seq_lens(seq_lens, kv_len)
+    if seq_lens.shape[0] != q.shape[0]:
+        raise ValueError(f"seq_lens must have B={q.shape[0]} entries, got {seq_lens.shape[0]}")
+    window = kv_len if sliding_window is None else sliding_window
+    masked = swa_decode_mask(seq_lens.to(q.device), kv_len, window=window)  # [B, 1, kv_len]
+    in_sequence = (torch.arange(kv_len, device=q.device) < seq_lens.to(q.device)[:, None])[:, None, :, None]
+    k_cache = torch.where(in_sequence, k_cache.detach().to(torch.float64), 0.0)
+    v_cache = torch.where(in_sequence, v_cache.detach().to(torch.float64), 0.0)
+    return attention(q, k_cache, v_cache, allowed=~masked[:, :, None, :], scale=scale)
