@@ -79,7 +79,7 @@ def verdicts(module_name: str, document: dict) -> list[Verdict]:
         verdict = Verdict(
             mutant=mutant.name,
             family=family,
-            doc=(type(mutant).__doc__ or "").strip().splitlines()[0],
+            doc=((mutant.__doc__ or "").strip().splitlines() or [""])[0],
             expected=sorted(mutant.clauses),
         )
         elapsed = 0.0

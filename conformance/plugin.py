@@ -115,6 +115,12 @@ def pytest_addoption(parser):
         help="write every case's outcome, clauses, backend and device as JSON",
     )
     group.addoption(
+        "--focus-declared-clauses",
+        action="store_true",
+        help="for backends that declare the clauses they must fail (`clauses`, as mutants do), run "
+        "only the properties that check one of those clauses",
+    )
+    group.addoption(
         "--opconform-expectations",
         action="append",
         default=[],
@@ -178,6 +184,20 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from exc
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(ResultsRecorder(config), "opconform-results")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("focus_declared_clauses"):
+        return
+    kept, dropped = [], []
+    for item in items:
+        backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
+        declared = getattr(backend, "clauses", None)
+        checked = {c for mark in item.iter_markers("clause") for c in mark.args}
+        (kept if declared is None or checked & set(declared) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_generate_tests(metafunc):

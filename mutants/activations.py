@@ -30,6 +30,7 @@ class GegluFlagSwapped(_AscendMutant):
     """npu_geglu's approximate flag mapped backwards: "tanh" -> 0, "none" -> 1.
 
     Origin: a C header comment that states the mapping reversed (field notes, section 3).
+    Caught by: ACT-GEGLU-MODES, ACT-GEGLU-NPU-ARGS.
     """
 
     name = "geglu-flag-swapped"
@@ -44,6 +45,7 @@ class GegluDefaultActivateLeft(_AscendMutant):
     """activate_left left at the op default (False): GELU gates the RIGHT half.
 
     Origin: npu_geglu's default is activate_left=False; the SANA port had to pass True.
+    Caught by: ACT-GEGLU, ACT-GEGLU-NPU-ARGS.
     """
 
     name = "geglu-default-activate-left"
@@ -59,6 +61,7 @@ class GegluDiffusersHalf(NativeBackend):
 
     Origin: diffusers' own GEGLU module gates the right half; code copied from it into a
     framework whose contract gates the left.
+    Caught by: ACT-GEGLU.
     """
 
     name = "geglu-diffusers-half"
@@ -74,6 +77,7 @@ class GegluModeIgnored(NativeBackend):
     """The approximate argument is dropped: always tanh.
 
     Origin: native gelu on NPU may ignore ``approximate`` and use tanh (torch_npu docs).
+    Caught by: ACT-GEGLU, ACT-GEGLU-MODES.
     """
 
     name = "geglu-mode-ignored"
@@ -89,6 +93,7 @@ class GegluBf16Compute(NativeBackend):
     """GELU and product computed in bfloat16 end to end, whatever the input dtype.
 
     Origin: a fused kernel that only has a bf16 path, fed fp32 activations.
+    Caught by: ACT-GEGLU, ACT-GEGLU-MODES.
     """
 
     name = "geglu-bf16-compute"
@@ -105,6 +110,7 @@ class SiluAsQuickGelu(NativeBackend):
     """SiLU replaced by ``x * sigmoid(1.702 x)`` (the quick-GELU approximation).
 
     Origin: activation tables keyed by name where "swish"/"quick_gelu" entries get mixed up.
+    Caught by: ACT-SWIGLU.
     """
 
     name = "silu-as-quick-gelu"
@@ -131,6 +137,7 @@ class GateClampedBeforeSilu(_StepMutant):
     """The gate clamped BEFORE the SiLU: silu(gate.clamp(max=limit)).
 
     Origin: another model family's contract, copied into the wrong model.
+    Caught by: ACT-SWIGLU-STEP.
     """
 
     name = "gate-clamped-before-silu"
@@ -146,6 +153,7 @@ class GateClampSymmetric(_StepMutant):
     """The gate clamped on both sides: silu(gate).clamp(-limit, limit).
 
     Origin: the up clamp's pattern applied to the gate as well.
+    Caught by: ACT-SWIGLU-STEP, ACT-SWIGLU-STEP-ASYM.
     """
 
     name = "gate-clamp-symmetric"
@@ -161,6 +169,7 @@ class UpClampedOneSide(_StepMutant):
     """up clamped from above only: up.clamp(max=limit).
 
     Origin: the gate's one-sided clamp pattern applied to up as well.
+    Caught by: ACT-SWIGLU-STEP, ACT-SWIGLU-STEP-BOUND.
     """
 
     name = "up-clamped-one-side"
@@ -176,6 +185,7 @@ class LimitIgnored(_StepMutant):
     """The clamp is missing altogether.
 
     Origin: the Step-3.5 NPU path before the fix (field notes, section 1).
+    Caught by: ACT-SWIGLU-STEP, ACT-SWIGLU-STEP-BOUND.
     """
 
     name = "limit-ignored"
@@ -189,6 +199,7 @@ class DefaultLimitSeven(_StepMutant):
     """A silent default: limit None treated as 7.0.
 
     Origin: the NPU helper's default of 7.0 (field notes, section 1).
+    Caught by: ACT-SWIGLU-STEP-NO-LIMIT.
     """
 
     name = "default-limit-seven"
@@ -203,6 +214,7 @@ class OutputUpcast(NativeBackend):
     """The output comes back in float32 whatever the input dtype.
 
     Origin: a kernel that accumulates in fp32 and forgets the final cast.
+    Caught by: ACT-LAYOUT.
     """
 
     name = "output-upcast"
@@ -216,6 +228,7 @@ class AssumesContiguous(NativeBackend):
     """Reads the input's storage as if it were contiguous (ignores strides).
 
     Origin: a custom kernel that takes ``data_ptr()`` without calling ``.contiguous()``.
+    Caught by: ACT-LAYOUT.
     """
 
     name = "assumes-contiguous"
@@ -231,6 +244,7 @@ class WritesIntoInput(NativeBackend):
     """Computes silu in place on the gate half of its input.
 
     Origin: an in-place ``silu_`` used to save memory in an inference-only path.
+    Caught by: ACT-PURE.
     """
 
     name = "writes-into-input"
@@ -247,6 +261,7 @@ class NanSwallowed(NativeBackend):
     """NaN in the output replaced by zero.
 
     Origin: a ``nan_to_num`` added to hide an overflow elsewhere.
+    Caught by: ACT-NAN.
     """
 
     name = "nan-swallowed"
@@ -260,6 +275,7 @@ class OddWidthTruncated(NativeBackend):
     """An odd last dimension is silently truncated instead of rejected.
 
     Origin: ``d = x.shape[-1] // 2`` with no validation, as in many hand-written kernels.
+    Caught by: ACT-ERRORS.
     """
 
     name = "odd-width-truncated"

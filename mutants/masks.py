@@ -9,6 +9,9 @@ from backends.native import NativeBackend
 from backends.npu import EMULATED, AscendBackend
 from reference import masks as mask_oracle
 
+# The conformance modules (under the ``conformance`` package) that must catch these mutants.
+PROPERTIES = ["conformance.test_masks", "conformance.test_attention"]
+
 
 class _WrongAscend(AscendBackend):
     def __init__(self, name: str):
@@ -32,6 +35,7 @@ class WindowOnFutureSide(_WrongNative):
     """The window removes keys j - i > W, which causality already removed: a no-op.
 
     Origin: the Gemma2 encoder on NPU (field notes, section 2); invisible while S <= W.
+    Caught by: ATTN-PREFILL, MASK-ENC.
     """
 
     clauses = {"MASK-ENC", "ATTN-PREFILL"}
@@ -49,6 +53,7 @@ class PreTokensEqualsWindow(_WrongAscend):
     """FIA prefill with pre_tokens = W: W + 1 keys, one more than decode and HF.
 
     Origin: the Step-3.5 Ascend prefill (field notes, section 2).
+    Caught by: ATTN-PREFILL, PREFILL-DECODE, WINDOW-CONV.
     """
 
     clauses = {"WINDOW-CONV", "ATTN-PREFILL", "PREFILL-DECODE"}
@@ -64,6 +69,7 @@ class DecodeReliesOnPreTokens(_WrongAscend):
     length 1 FIA ignores both, so the window is lost at decode.
 
     Origin: the Step-3.5 decode path before the fix (field notes, sections 1 and 3).
+    Caught by: ATTN-DECODE, PREFILL-DECODE.
     """
 
     clauses = {"ATTN-DECODE", "PREFILL-DECODE"}
@@ -80,6 +86,7 @@ class DecodeMaskPolarityInverted(_WrongAscend):
     """The decode mask built with the SDPA polarity (True = visible) and handed to FIA.
 
     Origin: the two polarities of field notes, section 2.
+    Caught by: ATTN-DECODE, MASK-SWA-DECODE.
     """
 
     clauses = {"MASK-SWA-DECODE", "ATTN-DECODE"}
@@ -92,6 +99,7 @@ class Float32AdditiveMask(_WrongNative):
     """The encoder mask as a float32 0/-inf additive mask, whatever the query dtype.
 
     Origin: the SANA Gemma2 encoder on NPU (field notes, section 1).
+    Caught by: ATTN-FLOAT-MASK, MASK-DTYPE.
     """
 
     clauses = {"MASK-DTYPE", "ATTN-FLOAT-MASK"}
@@ -112,6 +120,7 @@ class PaddingOnQueries(_WrongNative):
     """The padding mask applied to query rows instead of key columns.
 
     Origin: a [B, 1, S, 1] broadcast where [B, 1, 1, S] was meant.
+    Caught by: ATTN-PREFILL, MASK-ENC.
     """
 
     clauses = {"MASK-ENC", "ATTN-PREFILL"}
@@ -128,6 +137,7 @@ class ScaleLeftAtOpDefault(_WrongAscend):
     """FIA called without scale: the op default 1.0 instead of 1/sqrt(D).
 
     Origin: FIA's documented default (field notes, section 3).
+    Caught by: ATTN-DECODE, ATTN-PREFILL, ATTN-SCALE.
     """
 
     clauses = {"ATTN-SCALE", "ATTN-PREFILL", "ATTN-DECODE"}
@@ -135,6 +145,73 @@ class ScaleLeftAtOpDefault(_WrongAscend):
     def _fia(self, q, k, v, *, scale, **options):
         heads = {"num_heads": q.shape[1], "num_key_value_heads": k.shape[1], "input_layout": "BNSD"}
         return self.ops.npu_fused_infer_attention_score(q, k, v, **heads, **options)[0]
+
+
+class WindowOneShort(_WrongNative):
+    """The window keeps W - 1 keys: i - j < W - 1, the other off-by-one direction.
+
+    Origin: FlashAttention's left = W - 1 applied as an exclusive bound (j > i - left).
+    Caught by: ATTN-PREFILL, MASK-ENC.
+    """
+
+    clauses = {"MASK-ENC", "ATTN-PREFILL"}
+
+    def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+        shorter = None if sliding_window is None else sliding_window - 1
+        if shorter == 0:  # W = 1 would become "no window"; keep the bug: the query loses itself
+            allowed = native.encoder_attention_mask(seq_len, padding_mask=padding_mask, device=device)
+            return allowed & False
+        return native.encoder_attention_mask(
+            seq_len, sliding_window=shorter, padding_mask=padding_mask, device=device
+        )
+
+
+class GqaHeadsTiled(NativeBackend):
+    """GQA with the key/value heads tiled (repeat) instead of interleaved (repeat_interleave):
+    query head h reads kv head h % Hkv instead of h // (Hq / Hkv).
+
+    Origin: expanding k/v with Tensor.repeat before a kernel without native GQA support.
+    Caught by: ATTN.
+    """
+
+    clauses = {"ATTN"}
+
+    def attention(self, q, k, v, *, allowed, scale):
+        group = q.shape[1] // k.shape[1]
+        return native.attention(
+            q, k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1), allowed=allowed, scale=scale
+        )
+
+
+class AttentionInBfloat16(NativeBackend):
+    """Scores, softmax and the weighted sum computed in bfloat16 whatever the input dtype.
+
+    Origin: a fused kernel with a bf16-only path fed float32 activations.
+    Caught by: ATTN.
+    """
+
+    clauses = {"ATTN"}
+
+    def attention(self, q, k, v, *, allowed, scale):
+        low = [t.to(torch.bfloat16) for t in (q, k, v)]
+        if allowed.dtype != torch.bool:
+            allowed = allowed.to(torch.bfloat16)
+        return native.attention(*low, allowed=allowed, scale=scale).to(q.dtype)
+
+
+class DecodeReadsStaleRows(NativeBackend):
+    """Decode attends to the whole cache: rows at or beyond L (stale or unwritten) are read.
+
+    Origin: a decode path that passes the cache's capacity instead of actual_seq_lengths_kv.
+    Caught by: ATTN-DECODE.
+    """
+
+    clauses = {"ATTN-DECODE"}
+
+    def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
+        full = torch.full_like(seq_lens, k_cache.shape[2])
+        allowed = ~native.swa_decode_mask(full, k_cache.shape[2], window=sliding_window or k_cache.shape[2])
+        return native.attention(q, k_cache, v_cache, allowed=allowed[:, :, None, :], scale=scale)
 
 
 def _named(cls, name):
@@ -151,4 +228,8 @@ BACKENDS = [
     _named(Float32AdditiveMask, "wrong-float32-additive-mask"),
     _named(PaddingOnQueries, "wrong-padding-on-queries"),
     _named(ScaleLeftAtOpDefault, "wrong-scale-left-at-op-default"),
+    _named(WindowOneShort, "wrong-window-one-short"),
+    _named(GqaHeadsTiled, "wrong-gqa-heads-tiled"),
+    _named(AttentionInBfloat16, "wrong-attention-in-bfloat16"),
+    _named(DecodeReadsStaleRows, "wrong-decode-reads-stale-rows"),
 ]

@@ -11,6 +11,9 @@ import torch
 
 from reference.scheduler import DPMSolverMultistep, StepOutput
 
+# The conformance modules (under the ``conformance`` package) that must catch these mutants.
+PROPERTIES = ["conformance.test_scheduler"]
+
 
 class PortedScheduler:
     """A correct port: the oracle's arithmetic, outputs cast to the model output's dtype."""
@@ -43,6 +46,7 @@ class KwargsWrapper(PortedScheduler):
 
     Origin: the SANA GPU wrapper; a caller filtering by inspect.signature passed `eta` through and
     the inner step raised TypeError (field notes, section 1).
+    Caught by: DPM-SIGNATURE.
     """
 
     clauses = {"DPM-SIGNATURE"}
@@ -62,6 +66,7 @@ class VarianceNoiseDropped(PortedScheduler):
     """variance_noise not forwarded: the SDE step draws its own noise from the generator.
 
     Origin: a wrapper that forwards only the arguments its author knew about (generator).
+    Caught by: DPM-NOISE.
     """
 
     clauses = {"DPM-NOISE"}
@@ -74,6 +79,7 @@ class ReturnDictIgnored(PortedScheduler):
     """return_dict ignored: always returns the output object.
 
     Origin: a wrapper that hard-codes return_dict=True when calling the inner scheduler.
+    Caught by: DPM-RETURN, DPM-SIGNATURE.
     """
 
     clauses = {"DPM-RETURN", "DPM-SIGNATURE"}
@@ -86,6 +92,7 @@ class HeunForMidpoint(PortedScheduler):
     """solver_type heun used when midpoint is configured.
 
     Origin: a port that builds its solver from a preset instead of the model's scheduler config.
+    Caught by: DPM-TRAJ.
     """
 
     clauses = {"DPM-TRAJ"}
@@ -98,6 +105,7 @@ class FlowShiftIgnored(PortedScheduler):
     """flow_shift not applied (shift 1.0 used): SANA's sigmas are unshifted.
 
     Origin: a port that forwards use_flow_sigmas but drops flow_shift from the config.
+    Caught by: DPM-TIMESTEPS, DPM-TRAJ.
     """
 
     clauses = {"DPM-TIMESTEPS", "DPM-TRAJ"}
@@ -116,6 +124,7 @@ class FinalStepNotLowered(PortedScheduler):
 
     Origin: a hand port of the multistep loop without the "improve stability for few steps" rule;
     with a zero final sigma the second-order step divides by r0 = 0.
+    Caught by: DPM-TRAJ.
     """
 
     clauses = {"DPM-TRAJ"}
@@ -148,9 +157,36 @@ BACKENDS = [
 ]
 
 
-class _Correct(PortedScheduler):
-    clauses: set = set()
+class FinalSigmaSigmaMin(PortedScheduler):
+    """final_sigmas_type "zero" replaced by "sigma_min": the last step stops short of sigma 0.
+
+    Origin: a port that drops final_sigmas_type when forwarding the config, so an older
+    checkpoint config's "sigma_min" (or a hard-coded default) wins.
+    Caught by: DPM-TIMESTEPS, DPM-TRAJ.
+    """
+
+    clauses = {"DPM-TIMESTEPS", "DPM-TRAJ"}
+
+    def make_inner(self, config):
+        return DPMSolverMultistep(**{**config, "final_sigmas_type": "sigma_min"})
 
 
-# The mutants' shared base, passing every clause (tests/test_wrong_scheduler.py checks it does).
-CORRECT = MutantBackend("correct-port", _Correct)
+class OutputLeftInFloat32(PortedScheduler):
+    """prev_sample returned in float32, the dtype of the update, not the model output's dtype.
+
+    Origin: the fp32 upcast of the sample for the update without the final cast back.
+    Caught by: DPM-TRAJ.
+    """
+
+    clauses = {"DPM-TRAJ"}
+
+    def step(self, model_output, timestep, sample, generator=None, variance_noise=None, return_dict=True):
+        out = self.inner.step(model_output, timestep, sample, generator, variance_noise, True)
+        prev = out.prev_sample.float()
+        return StepOutput(prev_sample=prev) if return_dict else (prev,)
+
+
+BACKENDS += [
+    MutantBackend("wrong-final-sigma-sigma-min", FinalSigmaSigmaMin),
+    MutantBackend("wrong-output-left-in-float32", OutputLeftInFloat32),
+]

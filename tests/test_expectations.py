@@ -111,7 +111,8 @@ def test_shipped_manifests_are_valid(tmp_path):
     directory = Path(__file__).resolve().parent.parent / "expectations"
     shipped = load_manifests([directory], known_clauses=CLAUSES)
     assert sorted((e.backend, e.clause, e.reason) for e in shipped) == [
-        ("diffusers", "DPM-SDE3", "bug"), ("diffusers-wrapped", "DPM-SDE3", "bug")
+        ("diffusers", "DPM-SDE3", "bug"),
+        ("diffusers-wrapped", "DPM-SDE3", "bug"),
     ]
     example = _load(tmp_path, (directory / "example.toml.txt").read_text())
     assert sorted(e.reason for e in example) == ["bug", "deviation", "intermittent", "unsupported"]
