@@ -116,23 +116,51 @@ def test_xdist_gives_the_serial_results(serial, outside, tmp_path):
     assert table(parallel) == table(serial)
 
 
-@pytest.mark.parametrize(
-    "args, words",
-    [
-        (["--backend", "no-such-backend"], "unknown backend"),
-        (["--backend-module", "no_such_module_xyz"], "cannot import backend module"),
-        (["--backend-module", "json:nothing_here"], "has no attribute"),
-        (["--device", "tpu"], "unknown device"),
-    ],
-)
-def test_bad_options_are_usage_errors(args, words):
-    """Bad options stop the run with a usage error naming the problem."""
+def test_bad_option_is_a_usage_error_through_the_entry_point():
+    """An unknown --backend stops a real run with pytest's usage-error exit status and the reason."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance/test_activations.py", "--co", "-q", *args],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "conformance/test_activations.py",
+            "--co",
+            "-q",
+            "--backend",
+            "no-such-backend",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert words in proc.stderr
+    assert "unknown backend" in proc.stderr
+
+
+class FakeConfig:
+    """The two getoption values the selection functions read."""
+
+    def __init__(self, **options):
+        self.options = {"backend": [], "backend_module": [], "device": [], **options}
+
+    def getoption(self, name):
+        return self.options[name]
+
+
+@pytest.mark.parametrize(
+    "options, select, words",
+    [
+        ({"backend": ["no-such-backend"]}, "backends", "unknown backend"),
+        ({"backend_module": ["no_such_module_xyz"]}, "backends", "cannot import backend module"),
+        ({"backend_module": ["json:nothing_here"]}, "backends", "has no attribute"),
+        ({"device": ["tpu"]}, "devices", "unknown device"),
+    ],
+)
+def test_bad_options_are_usage_errors(options, select, words):
+    """Each bad option value is a pytest.UsageError naming the problem."""
+    from conformance import plugin
+
+    chooser = plugin._select_backends if select == "backends" else plugin._select_devices
+    with pytest.raises(pytest.UsageError, match=words):
+        chooser(FakeConfig(**options))
