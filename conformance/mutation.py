@@ -97,6 +97,31 @@ def verdicts(module_name: str, document: dict) -> list[Verdict]:
     return out
 
 
+def false_alarm_sweep(seeds: int, *, workdir: Path, workers: str, extra: list[str]) -> dict:
+    """Run the built-in backends' conformance suite under ``seeds`` different Hypothesis seeds
+    (the dev profile: random examples, 30 per property) and collect every failure: each one is a
+    false alarm of the suite (or a real bug in a built-in backend), never expected."""
+    failures, runs = [], []
+    for seed in range(seeds):
+        report = workdir / f"seed-{seed}.json"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "conformance",
+                   "--hypothesis-profile=dev", f"--hypothesis-seed={seed}", f"--opconform-json={report}",
+                   "-n", workers, *extra]  # fmt: skip
+        started = time.monotonic()
+        proc = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
+        if not report.exists():
+            raise RuntimeError(
+                f"seed {seed}: pytest wrote no results (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
+            )
+        results = json.loads(report.read_text())["results"]
+        failed = [e["nodeid"] for e in results if e["outcome"] == "failed"]
+        failures += [{"seed": seed, "nodeid": nodeid} for nodeid in failed]
+        runs.append({"seed": seed, "cases": len(results), "failed": len(failed),
+                     "seconds": round(time.monotonic() - started, 1)})  # fmt: skip
+        print(f"seed {seed}: {len(results)} cases, {len(failed)} failed, {runs[-1]['seconds']} s", flush=True)
+    return {"seeds": seeds, "runs": runs, "failures": failures}
+
+
 def summary(all_verdicts: list[Verdict]) -> dict:
     times = [v.seconds_to_kill for v in all_verdicts if v.seconds_to_kill is not None]
     right = sum(v.killed and v.right_clause for v in all_verdicts)
@@ -155,12 +180,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path("opconform-report"),
         help="where kill-matrix.json and kill-matrix.md go (default: %(default)s)",
     )
+    parser.add_argument("--false-alarm-seeds", type=int, default=0, metavar="N",
+                        help="also run the built-in backends under N Hypothesis seeds and report every "
+                        "failure as a false alarm (slow: one whole conformance run per seed)")  # fmt: skip
     parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise SystemExit(f"opconform mutants: --jobs must be >= 1, got {args.jobs}")
+    if args.false_alarm_seeds < 0:
+        raise SystemExit(f"opconform mutants: --false-alarm-seeds must be >= 0, got {args.false_alarm_seeds}")
     known = families()
     selected = [f"mutants.{name}" for name in args.family] or known
     unknown = [name for name in selected if name not in known]
@@ -172,6 +202,10 @@ def run(args: argparse.Namespace) -> int:
         batches = pool.map(lambda name: run_batch(name, profile=args.profile, workdir=Path(tmp),
                                                   extra=args.pytest_args), selected)  # fmt: skip
         documents = dict(zip(selected, batches, strict=True))
+        sweep = None
+        if args.false_alarm_seeds:
+            sweep = false_alarm_sweep(args.false_alarm_seeds, workdir=Path(tmp), workers=str(args.jobs),
+                                      extra=args.pytest_args)  # fmt: skip
     all_verdicts = [v for name in selected for v in verdicts(name, documents[name])]
     totals = summary(all_verdicts) | {
         "wall_seconds": round(time.monotonic() - started, 2),
@@ -180,15 +214,22 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     document = {"schema": "opconform-kill-matrix", "version": SCHEMA_VERSION, "summary": totals,
                 "batches": {name: documents[name]["wall_seconds"] for name in selected},
-                "mutants": [asdict(v) for v in all_verdicts]}  # fmt: skip
+                "mutants": [asdict(v) for v in all_verdicts], "false_alarms": sweep}  # fmt: skip
     (args.out / "kill-matrix.json").write_text(json.dumps(document, indent=1))
     text = markdown(all_verdicts, totals)
+    if sweep:
+        text += (
+            f"\nFalse alarms: {len(sweep['failures'])} failing cases of the built-in backends over "
+            f"{sweep['seeds']} Hypothesis seeds ({sum(r['cases'] for r in sweep['runs'])} cases run).\n"
+        )
+        text += "".join(f"- seed {f['seed']}: {f['nodeid']}\n" for f in sweep["failures"])
     (args.out / "kill-matrix.md").write_text(text)
     print(
         text
         + f"Wall time {totals['wall_seconds']} s; wrote {args.out / 'kill-matrix.json'} and kill-matrix.md"
     )
-    return 0 if totals["killed_by_right_clause"] == totals["mutants"] else 1
+    clean = not (sweep and sweep["failures"])
+    return 0 if totals["killed_by_right_clause"] == totals["mutants"] and clean else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ import numbers
 
 import torch
 
-from reference.masks import encoder_attention_mask, require_window, swa_decode_mask, validate_seq_lens
+from reference.masks import encoder_attention_mask, require_window, validate_seq_lens
 
 __all__ = [
     "QUERY_BLOCK",
@@ -169,8 +169,13 @@ def decode_attention(
     if seq_lens.shape[0] != q.shape[0]:
         raise ValueError(f"seq_lens must have B={q.shape[0]} entries, got {seq_lens.shape[0]}")
     window = kv_len if sliding_window is None else sliding_window
-    masked = swa_decode_mask(seq_lens.to(q.device), kv_len, window=window)  # [B, 1, kv_len]
-    in_sequence = (torch.arange(kv_len, device=q.device) < seq_lens.to(q.device)[:, None])[:, None, :, None]
-    k_cache = torch.where(in_sequence, k_cache.detach().to(torch.float64), 0.0)
-    v_cache = torch.where(in_sequence, v_cache.detach().to(torch.float64), 0.0)
-    return attention(q, k_cache, v_cache, allowed=~masked[:, :, None, :], scale=scale)
+    # Per sequence, only the visible rows max(0, L - W) .. L - 1 are read and upcast, so the extra
+    # memory is O(W) per sequence rather than a float64 copy of the whole cache.
+    outputs = []
+    for b, length in enumerate(seq_lens.tolist()):
+        start = max(0, length - window)
+        keys = k_cache[b : b + 1, :, start:length].detach().to(torch.float64)
+        values = v_cache[b : b + 1, :, start:length].detach().to(torch.float64)
+        visible = torch.ones(1, 1, 1, length - start, dtype=torch.bool, device=q.device)
+        outputs.append(attention(q[b : b + 1], keys, values, allowed=visible, scale=scale))
+    return torch.cat(outputs)
