@@ -132,3 +132,16 @@ def check(condition: bool, *, clause: str, message: str) -> None:
     """Fail with ``clause`` named unless ``condition`` holds."""
     if not condition:
         raise ConformanceError(clause, message)
+
+
+def check_raises(exception: type[BaseException], call, *, clause: str, context: str) -> None:
+    """``call()`` must raise ``exception``; another exception type, or none, fails ``clause``."""
+    try:
+        call()
+    except exception:
+        return
+    except Exception as exc:  # noqa: BLE001 - the wrong type is itself the finding
+        raise ConformanceError(
+            clause, f"{context}: raised {type(exc).__name__}: {exc}; expected {exception.__name__}"
+        ) from exc
+    raise ConformanceError(clause, f"{context}: accepted bad input; expected {exception.__name__}")

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.checks import assert_close, check, describe
+from conformance.checks import assert_close, check_raises, describe
 from conformance.mask_strategies import PADDING_PATTERNS, attention_recipes, make_padding_mask, windows
 from reference import attention as oracle
 from reference.masks import additive_mask
@@ -228,21 +228,13 @@ def test_float32_mask_with_half_queries_is_rejected(backend, device, q_dtype):
     """A float32 0/-inf mask with fp16/bf16 queries (the SANA bug) raises TypeError."""
     q = torch.randn(1, 2, 4, 16, device=device).to(q_dtype)
     allowed = torch.ones(4, 4, dtype=torch.bool, device=device).tril()
-    try:
-        backend.attention(q, q, q, allowed=additive_mask(allowed, torch.float32), scale=0.25)
-    except TypeError:
-        return
-    except Exception as exc:  # noqa: BLE001 - the wrong type is itself the finding
-        check(
-            False,
-            clause="ATTN-FLOAT-MASK",
-            message=f"backend {backend.name!r}: raised {type(exc).__name__}: {exc}",
-        )
-    check(
-        False,
+    mask = additive_mask(allowed, torch.float32)
+    check_raises(
+        TypeError,
+        lambda: backend.attention(q, q, q, allowed=mask, scale=0.25),
         clause="ATTN-FLOAT-MASK",
-        message=f"backend {backend.name!r}: attention accepted a float32 mask with {q_dtype} queries; "
-        "expected TypeError (NPU SDPA rejects it; CPU SDPA silently accepts it)",
+        context=f"backend {backend.name!r}: attention with a float32 mask and {q_dtype} queries "
+        "(NPU SDPA rejects it; CPU SDPA silently accepts it)",
     )
 
 
@@ -313,18 +305,5 @@ def test_attention_errors(backend, device, op, make):
             {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in overrides.items()},
             "cpu",
         )(oracle)
-    try:
-        _call(op, tensors, overrides, device)(backend)
-    except ValueError:
-        return
-    except Exception as exc:  # noqa: BLE001 - the wrong type is itself the finding
-        check(
-            False,
-            clause="ATTN-ERRORS",
-            message=f"backend {backend.name!r}: {op} raised {type(exc).__name__}: {exc}",
-        )
-    check(
-        False,
-        clause="ATTN-ERRORS",
-        message=f"backend {backend.name!r}: {op} accepted bad input; expected ValueError",
-    )
+    check_raises(ValueError, lambda: _call(op, tensors, overrides, device)(backend), clause="ATTN-ERRORS",
+                 context=f"backend {backend.name!r}: {op}")  # fmt: skip
