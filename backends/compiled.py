@@ -11,13 +11,11 @@ on CPU, triton on CUDA).
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-import shutil
 
 import torch
 import torch.nn.functional as F
 
+from backends._toolchain import compile_unavailable
 from reference._validation import require_choice, require_positive_finite_or_none
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 
@@ -49,16 +47,7 @@ class CompiledBackend:
     name = "compiled"
 
     def unavailable(self, device: torch.device) -> str | None:
-        if device.type == "cpu":
-            compiler = os.environ.get("CXX", "g++")
-            if shutil.which(compiler) is None:
-                return f"torch.compile on cpu needs a C++ compiler; {compiler!r} is not on PATH"
-            return None
-        if device.type == "cuda":
-            if importlib.util.find_spec("triton") is None:
-                return "torch.compile on cuda needs triton, which is not installed"
-            return None
-        return f"torch.compile (inductor) has no code generator for device type {device.type!r}"
+        return compile_unavailable(device)
 
     def gelu_and_mul(self, x: torch.Tensor, *, approximate: str) -> torch.Tensor:
         d = validate_gated_input(x)

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
-import shutil
 
 import torch
 
+from backends._toolchain import compile_unavailable
 from reference import attention as _attention_oracle
 from reference import masks as _mask_oracle
 
@@ -64,24 +63,13 @@ class FlexBackend:
             return "this torch has no torch.nn.attention.flex_attention"
         if not self.compiled:
             return None
-        if device.type == "cpu":
-            compiler = os.environ.get("CXX", "g++")
-            if shutil.which(compiler) is None:
-                return f"torch.compile on cpu needs a C++ compiler; {compiler!r} is not on PATH"
-            return None
-        if device.type == "cuda":
-            return (
-                None if importlib.util.find_spec("triton") else "compiled FlexAttention on cuda needs triton"
-            )
-        return f"compiled FlexAttention has no code generator for device type {device.type!r}"
+        return compile_unavailable(device, what="compiled FlexAttention")
 
     # MASK-ENC through create_mask of the same mask_mod the attention uses.
     def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
-        seq_len = _mask_oracle._require_int(seq_len, "seq_len", minimum=1)
-        sliding_window = _mask_oracle.require_window(sliding_window)
-        if padding_mask is not None:
-            padding_mask = _mask_oracle.validate_padding_mask(padding_mask, seq_len)
-            device = padding_mask.device if device is None else device
+        seq_len, sliding_window, padding_mask, device = _mask_oracle.validate_encoder_mask_args(
+            seq_len, sliding_window, padding_mask, device
+        )
         device = torch.device("cpu") if device is None else torch.device(device)
         key_valid = (
             torch.ones(1, seq_len, dtype=torch.bool, device=device)

@@ -55,11 +55,9 @@ from reference import masks as _mask_oracle  # noqa: E402
 
 def encoder_attention_mask(seq_len, *, sliding_window=None, padding_mask=None, device=None):
     """MASK-ENC by boolean ops: a lower triangle, a window band, a key-padding column mask."""
-    seq_len = _mask_oracle._require_int(seq_len, "seq_len", minimum=1)
-    sliding_window = _mask_oracle.require_window(sliding_window)
-    if padding_mask is not None:
-        padding_mask = _mask_oracle.validate_padding_mask(padding_mask, seq_len)
-        device = padding_mask.device if device is None else device
+    seq_len, sliding_window, padding_mask, device = _mask_oracle.validate_encoder_mask_args(
+        seq_len, sliding_window, padding_mask, device
+    )
     ones = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
     allowed = ones.tril()
     if sliding_window is not None:

@@ -33,11 +33,9 @@ class TransformersBackend:
         return None
 
     def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
-        seq_len = _mask_oracle._require_int(seq_len, "seq_len", minimum=1)
-        sliding_window = _mask_oracle.require_window(sliding_window)
-        if padding_mask is not None:
-            padding_mask = _mask_oracle.validate_padding_mask(padding_mask, seq_len)
-            device = padding_mask.device if device is None else device
+        seq_len, sliding_window, padding_mask, device = _mask_oracle.validate_encoder_mask_args(
+            seq_len, sliding_window, padding_mask, device
+        )
         device = torch.device("cpu") if device is None else torch.device(device)
         hf = _masking_utils()
         mask_function = hf.causal_mask_function

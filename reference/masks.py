@@ -76,6 +76,17 @@ def validate_seq_lens(seq_lens, kv_len: int, name: str = "seq_lens") -> torch.Te
     return seq_lens
 
 
+def validate_encoder_mask_args(seq_len, sliding_window, padding_mask, device):
+    """MASK-ERRORS for encoder_attention_mask's arguments; returns them normalized, with the device
+    defaulting to the padding mask's. Shared by the oracle and the backends (same errors)."""
+    seq_len = _require_int(seq_len, "seq_len", minimum=1)
+    sliding_window = require_window(sliding_window)
+    if padding_mask is not None:
+        padding_mask = validate_padding_mask(padding_mask, seq_len)
+        device = padding_mask.device if device is None else device
+    return seq_len, sliding_window, padding_mask, device
+
+
 def encoder_attention_mask(
     seq_len: int,
     *,
@@ -90,11 +101,9 @@ def encoder_attention_mask(
     diagonal only. The padding mask applies to KEYS only; rows of padded queries follow the
     same rule (they may be empty, e.g. under left padding).
     """
-    seq_len = _require_int(seq_len, "seq_len", minimum=1)
-    sliding_window = require_window(sliding_window)
-    if padding_mask is not None:
-        padding_mask = validate_padding_mask(padding_mask, seq_len)
-        device = padding_mask.device if device is None else device
+    seq_len, sliding_window, padding_mask, device = validate_encoder_mask_args(
+        seq_len, sliding_window, padding_mask, device
+    )
     query = torch.arange(seq_len, device=device)[:, None]
     key = torch.arange(seq_len, device=device)[None, :]
     allowed = key <= query
