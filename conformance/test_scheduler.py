@@ -74,7 +74,7 @@ def run_trajectory(backend, device, recipe: TrajectoryRecipe, *, clause: str):
         sample = got
 
 
-@pytest.mark.clause("DPM-TRAJ")
+@pytest.mark.clause("DPM-TRAJ", "DPM-ORDER")
 @pytest.mark.op(OP)
 @given(recipe=trajectories())
 @example(recipe=sana_trajectory(torch.float32))

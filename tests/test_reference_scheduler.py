@@ -220,3 +220,21 @@ def test_bad_inputs_raise_value_errors():
         ref.step(x, int(ref.timesteps[3]), x)
     with pytest.raises(TypeError):
         ref.step(x, int(ref.timesteps[1]), x, eta=0.0)
+
+
+# --- DPM-CONFIG: the defaults the spec lists, and diffusers' own defaults --------------------------
+SPEC_DEFAULTS = {  # written from spec/scheduler.md, DPM-CONFIG
+    "num_train_timesteps": 1000, "beta_start": 1e-4, "beta_end": 0.02, "beta_schedule": "linear",
+    "solver_order": 2, "prediction_type": "epsilon", "algorithm_type": "dpmsolver++",
+    "solver_type": "midpoint", "lower_order_final": True, "euler_at_final": False,
+    "use_flow_sigmas": False, "flow_shift": 1.0, "final_sigmas_type": "zero", "timestep_spacing": "linspace",
+}  # fmt: skip
+
+
+@pytest.mark.clause("DPM-CONFIG")
+def test_configuration_defaults_are_the_spec_and_diffusers_defaults():
+    """The oracle's configuration defaults are DPM-CONFIG's, which are diffusers' (the peer)."""
+    config = oracle.DPMSolverMultistep().config
+    assert {key: getattr(config, key) for key in SPEC_DEFAULTS} == SPEC_DEFAULTS
+    peer = diffusers_class()().config
+    assert {key: peer[key] for key in SPEC_DEFAULTS} == SPEC_DEFAULTS
