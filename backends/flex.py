@@ -105,9 +105,7 @@ class FlexBackend:
         return run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)[:, :q_heads, :q_len]
 
     def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
-        batch, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k, v)
-        if q_len != kv_len:
-            raise ValueError(f"prefill needs q and k/v of one length S, got Sq={q_len} and Sk={kv_len}")
+        batch, q_len = _attention_oracle.validate_prefill_qkv(q, k, v)
         scale = _attention_oracle._require_scale(scale)
         sliding_window = _mask_oracle.require_window(sliding_window)
         if padding_mask is None:
@@ -117,7 +115,7 @@ class FlexBackend:
             if key_valid.shape[0] != batch:
                 raise ValueError(f"padding_mask must have B={batch} rows, got {key_valid.shape[0]}")
         query_pos = torch.arange(q_len, device=q.device).expand(batch, q_len)
-        window = _window_tensor(sliding_window, kv_len, q.device)
+        window = _window_tensor(sliding_window, q_len, q.device)
         return self._run(q, k, v, query_pos, key_valid, window, scale=scale)
 
     def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):

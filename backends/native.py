@@ -101,9 +101,7 @@ def attention(q, k, v, *, allowed, scale):
 
 def prefill_attention(q, k, v, *, sliding_window, padding_mask, scale):
     """ATTN-PREFILL: the native encoder mask handed to SDPA."""
-    _, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k, v)
-    if q_len != kv_len:
-        raise ValueError(f"prefill needs q and k/v of one length S, got Sq={q_len} and Sk={kv_len}")
+    _, q_len = _attention_oracle.validate_prefill_qkv(q, k, v)
     allowed = encoder_attention_mask(
         q_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
     )

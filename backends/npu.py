@@ -146,9 +146,7 @@ class _AscendAttention:
     def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
         """ATTN-PREFILL: band (sparse_mode 4) or causal (3) from the compressed mask; with padding,
         an explicit full mask (sparse_mode 0), since FIA's lengths only express right padding."""
-        _, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k, v)
-        if q_len != kv_len:
-            raise ValueError(f"prefill needs q and k/v of one length S, got Sq={q_len} and Sk={kv_len}")
+        _, q_len = _attention_oracle.validate_prefill_qkv(q, k, v)
         scale = _attention_oracle._require_scale(scale)
         tokens = self.cann_prefill_tokens(sliding_window)
         # S = 1 dispatches to the incremental kernel, which would read the compressed mask as
@@ -169,7 +167,7 @@ class _AscendAttention:
         )
         if allowed.dim() == 4 and allowed.shape[0] != q.shape[0]:
             raise ValueError(f"padding_mask must have B={q.shape[0]} rows, got {allowed.shape[0]}")
-        masked = (~allowed).expand(q.shape[0], 1, q_len, kv_len).contiguous()
+        masked = (~allowed).expand(q.shape[0], 1, q_len, q_len).contiguous()
         return self._fia(q, k, v, scale=scale, atten_mask=masked, sparse_mode=0, **tokens)
 
     def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):

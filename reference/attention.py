@@ -122,6 +122,15 @@ def attention(
     return out.reshape(batch, q_heads, q_len, head_dim)
 
 
+def validate_prefill_qkv(q, k, v) -> tuple[int, int]:
+    """ATTN-ERRORS for prefill: q/k/v fit (validate_qkv) and Sq = Sk; returns (B, S).
+    Shared by the oracle and the backends, so all raise the same errors."""
+    batch, _, _, q_len, kv_len, _ = validate_qkv(q, k, v)
+    if q_len != kv_len:
+        raise ValueError(f"prefill needs q and k/v of one length S, got Sq={q_len} and Sk={kv_len}")
+    return batch, q_len
+
+
 def prefill_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -135,9 +144,7 @@ def prefill_attention(
 
     Rows of padded query tokens are unspecified (the properties exclude them).
     """
-    _, _, _, q_len, kv_len, _ = validate_qkv(q, k, v)
-    if q_len != kv_len:
-        raise ValueError(f"prefill needs q and k/v of one length S, got Sq={q_len} and Sk={kv_len}")
+    _, q_len = validate_prefill_qkv(q, k, v)
     allowed = encoder_attention_mask(
         q_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
     )
