@@ -119,14 +119,11 @@ class FlexBackend:
         return self._run(q, k, v, query_pos, key_valid, window, scale=scale)
 
     def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
-        batch, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k_cache, v_cache)
-        if q_len != 1:
-            raise ValueError(f"q must be [B, Hq, 1, D] (one token per sequence), got {tuple(q.shape)}")
+        seq_lens, sliding_window = _attention_oracle.validate_decode_args(
+            q, k_cache, v_cache, seq_lens, sliding_window=sliding_window
+        )
         scale = _attention_oracle._require_scale(scale)
-        sliding_window = _mask_oracle.require_window(sliding_window)
-        seq_lens = _mask_oracle.validate_seq_lens(seq_lens, kv_len).to(q.device)
-        if seq_lens.shape[0] != batch:
-            raise ValueError(f"seq_lens must have B={batch} entries, got {seq_lens.shape[0]}")
+        kv_len, seq_lens = k_cache.shape[2], seq_lens.to(q.device)
         key_valid = torch.arange(kv_len, device=q.device)[None, :] < seq_lens[:, None]
         # Stale rows are excluded by the mask, but a masked NaN still poisons the matmul.
         k_cache = k_cache.masked_fill(~key_valid[:, None, :, None], 0.0)

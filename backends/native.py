@@ -112,13 +112,10 @@ def prefill_attention(q, k, v, *, sliding_window, padding_mask, scale):
 
 def decode_attention(q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
     """ATTN-DECODE: the decode mask (inverted to SDPA polarity); stale cache rows zeroed first."""
-    _, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k_cache, v_cache)
-    if q_len != 1:
-        raise ValueError(f"q must be [B, Hq, 1, D] (one token per sequence), got {tuple(q.shape)}")
-    sliding_window = _mask_oracle.require_window(sliding_window)
-    seq_lens = _mask_oracle.validate_seq_lens(seq_lens, kv_len)
-    if seq_lens.shape[0] != q.shape[0]:
-        raise ValueError(f"seq_lens must have B={q.shape[0]} entries, got {seq_lens.shape[0]}")
+    seq_lens, sliding_window = _attention_oracle.validate_decode_args(
+        q, k_cache, v_cache, seq_lens, sliding_window=sliding_window
+    )
+    kv_len = k_cache.shape[2]
     window = kv_len if sliding_window is None else sliding_window
     seq_lens = seq_lens.to(q.device)
     allowed = ~swa_decode_mask(seq_lens, kv_len, window=window)[:, :, None, :]  # [B, 1, 1, kv_len]

@@ -173,14 +173,11 @@ class _AscendAttention:
     def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
         """ATTN-DECODE: an explicit SWA mask (True = masked) plus actual_seq_lengths_kv; for query
         length 1 FIA ignores pre_tokens/next_tokens and sparse_mode."""
-        _, _, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k_cache, v_cache)
-        if q_len != 1:
-            raise ValueError(f"q must be [B, Hq, 1, D] (one token per sequence), got {tuple(q.shape)}")
+        seq_lens, _ = _attention_oracle.validate_decode_args(
+            q, k_cache, v_cache, seq_lens, sliding_window=sliding_window
+        )
         scale = _attention_oracle._require_scale(scale)
-        _mask_oracle.require_window(sliding_window)
-        seq_lens = _mask_oracle.validate_seq_lens(seq_lens, kv_len)
-        if seq_lens.shape[0] != q.shape[0]:
-            raise ValueError(f"seq_lens must have B={q.shape[0]} entries, got {seq_lens.shape[0]}")
+        kv_len = k_cache.shape[2]
         window = kv_len if sliding_window is None else self.decode_mask_window(sliding_window)
         masked = self.swa_decode_mask(seq_lens.to(q.device), kv_len, window=window)[:, :, None, :]
         return self._fia(

@@ -7,6 +7,7 @@ import torch
 from backends import native
 from backends.native import NativeBackend
 from backends.npu import EMULATED, AscendBackend
+from reference import attention as attention_oracle
 from reference import masks as mask_oracle
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
@@ -19,15 +20,27 @@ class _WrongAscend(AscendBackend):
 
 
 class _WrongNative(NativeBackend):
-    """Native with its own encoder mask, which prefill also uses."""
+    """Native with its own encoder mask (``wrong_mask``, after the contract's argument checks),
+    which prefill also uses: each subclass differs from the contract only by its bug."""
 
     def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+        seq_len, sliding_window, padding_mask, device = mask_oracle.validate_encoder_mask_args(
+            seq_len, sliding_window, padding_mask, device
+        )
+        return self.wrong_mask(
+            seq_len, sliding_window=sliding_window, padding_mask=padding_mask, device=device
+        )
+
+    def wrong_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
         raise NotImplementedError
 
     def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
+        _, seq_len = attention_oracle.validate_prefill_qkv(q, k, v)
         allowed = self.encoder_attention_mask(
-            q.shape[2], sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
+            seq_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
         )
+        if allowed.dim() == 4 and allowed.shape[0] != q.shape[0]:
+            raise ValueError(f"padding_mask must have B={q.shape[0]} rows, got {allowed.shape[0]}")
         return native.attention(q, k, v, allowed=allowed, scale=scale)
 
 
@@ -40,7 +53,7 @@ class WindowOnFutureSide(_WrongNative):
 
     clauses = {"MASK-ENC", "ATTN-PREFILL"}
 
-    def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+    def wrong_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
         causal = native.encoder_attention_mask(seq_len, padding_mask=padding_mask, device=device)
         if sliding_window is None:
             return causal
@@ -59,6 +72,7 @@ class PreTokensEqualsWindow(_WrongAscend):
     clauses = {"WINDOW-CONV", "ATTN-PREFILL", "PREFILL-DECODE"}
 
     def cann_prefill_tokens(self, sliding_window):
+        sliding_window = mask_oracle.require_window(sliding_window)
         if sliding_window is None:
             return {"pre_tokens": mask_oracle.CANN_MAX_TOKENS, "next_tokens": 0}
         return {"pre_tokens": sliding_window, "next_tokens": 0}
@@ -75,6 +89,7 @@ class DecodeReliesOnPreTokens(_WrongAscend):
     clauses = {"ATTN-DECODE", "PREFILL-DECODE"}
 
     def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
+        attention_oracle.validate_decode_args(q, k_cache, v_cache, seq_lens, sliding_window=sliding_window)
         tokens = self.cann_prefill_tokens(sliding_window)
         return self._fia(
             q, k_cache, v_cache, scale=scale, sparse_mode=4, atten_mask=None,
@@ -104,7 +119,7 @@ class Float32AdditiveMask(_WrongNative):
 
     clauses = {"MASK-DTYPE", "ATTN-FLOAT-MASK"}
 
-    def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+    def wrong_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
         allowed = native.encoder_attention_mask(
             seq_len, sliding_window=sliding_window, padding_mask=padding_mask, device=device
         )
@@ -125,7 +140,7 @@ class PaddingOnQueries(_WrongNative):
 
     clauses = {"MASK-ENC", "ATTN-PREFILL"}
 
-    def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+    def wrong_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
         allowed = native.encoder_attention_mask(seq_len, sliding_window=sliding_window, device=device)
         if padding_mask is None:
             return allowed
@@ -156,7 +171,7 @@ class WindowOneShort(_WrongNative):
 
     clauses = {"MASK-ENC", "ATTN-PREFILL"}
 
-    def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
+    def wrong_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
         shorter = None if sliding_window is None else sliding_window - 1
         if shorter == 0:  # W = 1 would become "no window"; keep the bug: the query loses itself
             allowed = native.encoder_attention_mask(seq_len, padding_mask=padding_mask, device=device)
@@ -209,6 +224,7 @@ class DecodeReadsStaleRows(NativeBackend):
     clauses = {"ATTN-DECODE"}
 
     def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
+        attention_oracle.validate_decode_args(q, k_cache, v_cache, seq_lens, sliding_window=sliding_window)
         full = torch.full_like(seq_lens, k_cache.shape[2])
         allowed = ~native.swa_decode_mask(full, k_cache.shape[2], window=sliding_window or k_cache.shape[2])
         return native.attention(q, k_cache, v_cache, allowed=allowed[:, :, None, :], scale=scale)

@@ -153,6 +153,19 @@ def prefill_attention(
     return attention(q, k, v, allowed=allowed, scale=scale)
 
 
+def validate_decode_args(q, k_cache, v_cache, seq_lens, *, sliding_window):
+    """ATTN-ERRORS for decode: q [B, Hq, 1, D] fits the cache, seq_lens has B valid lengths, the
+    window is None or >= 1; returns (seq_lens, sliding_window) normalized. Shared with backends."""
+    _, _, _, q_len, kv_len, _ = validate_qkv(q, k_cache, v_cache)
+    if q_len != 1:
+        raise ValueError(f"q must be [B, Hq, 1, D] (one token per sequence), got {tuple(q.shape)}")
+    sliding_window = require_window(sliding_window)
+    seq_lens = validate_seq_lens(seq_lens, kv_len)
+    if seq_lens.shape[0] != q.shape[0]:
+        raise ValueError(f"seq_lens must have B={q.shape[0]} entries, got {seq_lens.shape[0]}")
+    return seq_lens, sliding_window
+
+
 def decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -168,13 +181,10 @@ def decode_attention(
     row L - 1 of ATTN-PREFILL. Cache rows at or beyond L are not part of the sequence; they
     are removed before any arithmetic, so NaN or huge values there cannot influence the result.
     """
-    _, _, _, q_len, kv_len, _ = validate_qkv(q, k_cache, v_cache)
-    if q_len != 1:
-        raise ValueError(f"q must be [B, Hq, 1, D] (one token per sequence), got {tuple(q.shape)}")
-    sliding_window = require_window(sliding_window)
-    seq_lens = validate_seq_lens(seq_lens, kv_len)
-    if seq_lens.shape[0] != q.shape[0]:
-        raise ValueError(f"seq_lens must have B={q.shape[0]} entries, got {seq_lens.shape[0]}")
+    seq_lens, sliding_window = validate_decode_args(
+        q, k_cache, v_cache, seq_lens, sliding_window=sliding_window
+    )
+    kv_len = k_cache.shape[2]
     window = kv_len if sliding_window is None else sliding_window
     # Per sequence, only the visible rows max(0, L - W) .. L - 1 are read and upcast, so the extra
     # memory is O(W) per sequence rather than a float64 copy of the whole cache.
