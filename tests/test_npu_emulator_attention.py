@@ -20,6 +20,11 @@ def _qkv(q_len=6, kv_len=6):
     )
 
 
+def _fia(q, k, v, **options):
+    """The emulated op on the tests' one layout: BNSD, 2 query heads over 1 kv head; its output."""
+    return fia(q, k, v, num_heads=2, num_key_value_heads=1, input_layout="BNSD", **options)[0]
+
+
 def _oracle(q, k, v, allowed, scale):
     return attention.attention(q, k, v, allowed=allowed, scale=scale).float()
 
@@ -27,7 +32,7 @@ def _oracle(q, k, v, allowed, scale):
 def test_default_scale_is_one():
     """Without scale the op uses 1.0, not 1/sqrt(D)."""
     q, k, v = _qkv()
-    out = fia(q, k, v, num_heads=2, num_key_value_heads=1, input_layout="BNSD")[0]
+    out = _fia(q, k, v)
     torch.testing.assert_close(out, _oracle(q, k, v, torch.ones(6, 6, dtype=torch.bool), 1.0))
 
 
@@ -35,36 +40,14 @@ def test_mask_polarity_true_is_masked():
     """atten_mask True removes the key."""
     q, k, v = _qkv()
     masked = torch.ones(6, 6, dtype=torch.bool).triu(1)
-    out = fia(
-        q,
-        k,
-        v,
-        num_heads=2,
-        num_key_value_heads=1,
-        input_layout="BNSD",
-        atten_mask=masked,
-        sparse_mode=1,
-        scale=0.3,
-    )[0]
+    out = _fia(q, k, v, atten_mask=masked, sparse_mode=1, scale=0.3)
     torch.testing.assert_close(out, _oracle(q, k, v, ~masked, 0.3))
 
 
 def test_band_mode_is_bottom_right_aligned():
     """sparse_mode 4 keeps i + d - pre <= j <= i + d + next with d = kv_len - q_len."""
     q, k, v = _qkv(q_len=3, kv_len=7)
-    out = fia(
-        q,
-        k,
-        v,
-        num_heads=2,
-        num_key_value_heads=1,
-        input_layout="BNSD",
-        atten_mask=COMPRESSED,
-        sparse_mode=4,
-        pre_tokens=1,
-        next_tokens=0,
-        scale=0.3,
-    )[0]
+    out = _fia(q, k, v, atten_mask=COMPRESSED, sparse_mode=4, pre_tokens=1, next_tokens=0, scale=0.3)
     i, j = torch.arange(3)[:, None], torch.arange(7)[None, :]
     torch.testing.assert_close(out, _oracle(q, k, v, (j >= i + 4 - 1) & (j <= i + 4), 0.3))
 
@@ -72,20 +55,17 @@ def test_band_mode_is_bottom_right_aligned():
 def test_query_length_one_ignores_band():
     """For query length 1, pre_tokens and sparse_mode are ignored: all keys within the length are seen."""
     q, k, v = _qkv(q_len=1, kv_len=6)
-    out = fia(
+    out = _fia(
         q,
         k,
         v,
-        num_heads=2,
-        num_key_value_heads=1,
-        input_layout="BNSD",
         atten_mask=None,
         sparse_mode=4,
         pre_tokens=0,
         next_tokens=0,
         scale=0.3,
         actual_seq_lengths_kv=[5],
-    )[0]
+    )
     torch.testing.assert_close(out, _oracle(q, k, v, torch.arange(6) < 5, 0.3))
 
 
@@ -96,31 +76,11 @@ def test_band_modes_require_the_compressed_mask(mask):
     """Modes 2-4 reject anything but the 2048x2048 strict upper triangle."""
     q, k, v = _qkv()
     with pytest.raises(RuntimeError):
-        fia(
-            q,
-            k,
-            v,
-            num_heads=2,
-            num_key_value_heads=1,
-            input_layout="BNSD",
-            atten_mask=mask,
-            sparse_mode=4,
-            scale=0.3,
-        )
+        _fia(q, k, v, atten_mask=mask, sparse_mode=4, scale=0.3)
 
 
 def test_float_mask_is_rejected():
     """A float atten_mask raises, as on the NPU."""
     q, k, v = _qkv()
     with pytest.raises(RuntimeError):
-        fia(
-            q,
-            k,
-            v,
-            num_heads=2,
-            num_key_value_heads=1,
-            input_layout="BNSD",
-            atten_mask=torch.zeros(6, 6),
-            sparse_mode=1,
-            scale=0.3,
-        )
+        _fia(q, k, v, atten_mask=torch.zeros(6, 6), sparse_mode=1, scale=0.3)
