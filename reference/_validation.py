@@ -41,15 +41,23 @@ def require_choice(value, name: str, choices: tuple) -> None:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
-def require_positive_finite_or_none(value, name: str) -> float | None:
-    """``None``, or a finite real number > 0 (bools and tensors are rejected)."""
-    if value is None:
-        return None
+def require_positive_finite(value, name: str) -> float:
+    """A finite real number > 0 (bools, tensors and None are rejected)."""
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
         or not math.isfinite(value)
         or value <= 0
     ):
-        raise ValueError(f"{name} must be None or a finite number > 0, got {value!r}")
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def require_positive_finite_or_none(value, name: str) -> float | None:
+    """``None``, or a finite real number > 0 (bools and tensors are rejected)."""
+    if value is None:
+        return None
+    try:
+        return require_positive_finite(value, name)
+    except ValueError:
+        raise ValueError(f"{name} must be None or a finite number > 0, got {value!r}") from None

@@ -10,10 +10,10 @@ equal to the one-block definition and to a per-element brute force.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
+from reference._validation import require_positive_finite
 from reference.masks import encoder_attention_mask, require_window, validate_seq_lens
 
 __all__ = [
@@ -60,14 +60,7 @@ def validate_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
 
 
 def _require_scale(scale) -> float:
-    if (
-        isinstance(scale, bool)
-        or not isinstance(scale, numbers.Real)
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    return float(scale)
+    return require_positive_finite(scale, "scale")
 
 
 def default_scale(head_dim: int) -> float:
