@@ -71,10 +71,24 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
 
 
+def plugin_registered() -> bool:
+    """Whether an installed opconform registers the plugin through the ``pytest11`` entry point."""
+    from importlib import metadata
+
+    return any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
+
+
 def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
-    """The pytest command line ``opconform run`` executes (the installed suite, via --pyargs)."""
+    """The pytest command line ``opconform run`` executes (the installed suite, via --pyargs).
+
+    From a checkout that is not pip-installed (``python -m conformance.cli`` with the checkout on
+    PYTHONPATH, as on a CUDA host with its own torch) no entry point loads the plugin, and the
+    checkout's conftest.py is not loaded when the run starts outside the checkout: load it by name.
+    """
     command = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider",
                f"--opconform-json={report_json}"]  # fmt: skip
+    if not plugin_registered():
+        command += ["-p", "conformance.plugin"]
     command += [f"--backend={b}" for b in args.backend]
     command += [f"--device={d}" for d in args.device]
     command += [f"--backend-module={m}" for m in args.backend_module]

@@ -77,3 +77,16 @@ def test_ci_workflow_is_valid_and_its_tox_envs_exist():
     tox = configparser.ConfigParser(interpolation=None)
     tox.read(root / "tox.ini")
     assert {f"testenv:{d}" for d in devices} | {"testenv:lint"} <= set(tox.sections())
+
+
+def test_run_loads_the_plugin_by_name_from_an_uninstalled_checkout(tmp_path, monkeypatch):
+    """Without the pytest11 entry point (a checkout on PYTHONPATH) the run passes -p conformance.plugin.
+
+    Found on the first CUDA host run: started outside the checkout, pytest loaded neither the entry
+    point nor the checkout's conftest.py, so no report was written.
+    """
+    monkeypatch.setattr(cli, "plugin_registered", lambda: False)
+    command = cli.pytest_command(_args(), tmp_path / "r.json")
+    assert command[command.index("conformance.plugin") - 1] == "-p"
+    monkeypatch.setattr(cli, "plugin_registered", lambda: True)
+    assert "conformance.plugin" not in cli.pytest_command(_args(), tmp_path / "r.json")
