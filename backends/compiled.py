@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from backends._toolchain import compile_unavailable
-from reference._validation import require_choice, require_positive_finite_or_none
+from reference.validation import require_choice, require_positive_finite_or_none
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from reference._validation import require_choice, require_positive_finite_or_none
+from reference.validation import require_choice, require_positive_finite_or_none
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from reference._validation import require_choice, require_positive_finite_or_none
+from reference.validation import require_choice, require_positive_finite_or_none
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from backends.native import NativeBackend
 from backends.npu import EMULATED, AscendBackend
-from reference._validation import require_choice, require_positive_finite_or_none
+from reference.validation import require_choice, require_positive_finite_or_none
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.

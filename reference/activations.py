@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from reference._validation import (
+from reference.validation import (
     require_choice,
     require_even_last_dim,
     require_floating,

@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from reference._validation import require_positive_finite
-from reference.masks import encoder_attention_mask, require_window, validate_seq_lens
+from reference.masks import encoder_attention_mask, require_window, validate_padding_mask, validate_seq_lens
+from reference.validation import require_positive_finite
 
 __all__ = [
     "QUERY_BLOCK",
@@ -22,6 +22,10 @@ __all__ = [
     "decode_attention",
     "default_scale",
     "prefill_attention",
+    "require_scale",
+    "validate_decode_args",
+    "validate_prefill_args",
+    "validate_prefill_qkv",
     "validate_qkv",
 ]
 
@@ -59,7 +63,8 @@ def validate_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
     return batch, q_heads, kv_heads, q_len, k.shape[2], head_dim
 
 
-def _require_scale(scale) -> float:
+def require_scale(scale) -> float:
+    """ATTN-ERRORS: the softmax scale is a finite number > 0 (no default: ATTN-SCALE)."""
     return require_positive_finite(scale, "scale")
 
 
@@ -78,7 +83,7 @@ def attention(
     that is not allowed gets probability exactly 0 (its score is never exponentiated).
     """
     batch, q_heads, kv_heads, q_len, kv_len, head_dim = validate_qkv(q, k, v)
-    scale = _require_scale(scale)
+    scale = require_scale(scale)
     if not isinstance(allowed, torch.Tensor) or allowed.dtype != torch.bool:
         raise ValueError(
             f"allowed must be a bool tensor (True = attend), got {getattr(allowed, 'dtype', allowed)!r}"
@@ -124,6 +129,19 @@ def validate_prefill_qkv(q, k, v) -> tuple[int, int]:
     return batch, q_len
 
 
+def validate_prefill_args(q, k, v, *, sliding_window, padding_mask):
+    """ATTN-ERRORS for prefill: q/k/v fit with Sq = Sk = S (validate_prefill_qkv), the window is
+    None or >= 1, the padding mask is None or a valid [B, S] mask with B = q's batch. Returns
+    (B, S, sliding_window, padding_mask) normalized (the padding mask as bool). Shared with backends."""
+    batch, q_len = validate_prefill_qkv(q, k, v)
+    sliding_window = require_window(sliding_window)
+    if padding_mask is not None:
+        padding_mask = validate_padding_mask(padding_mask, q_len)
+        if padding_mask.shape[0] != batch:
+            raise ValueError(f"padding_mask must have B={batch} rows, got {padding_mask.shape[0]}")
+    return batch, q_len, sliding_window, padding_mask
+
+
 def prefill_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -137,12 +155,12 @@ def prefill_attention(
 
     Rows of padded query tokens are unspecified (the properties exclude them).
     """
-    _, q_len = validate_prefill_qkv(q, k, v)
+    _, q_len, sliding_window, padding_mask = validate_prefill_args(
+        q, k, v, sliding_window=sliding_window, padding_mask=padding_mask
+    )
     allowed = encoder_attention_mask(
         q_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
     )
-    if allowed.dim() == 4 and allowed.shape[0] != q.shape[0]:
-        raise ValueError(f"padding_mask must have B={q.shape[0]} rows, got {allowed.shape[0]}")
     return attention(q, k, v, allowed=allowed, scale=scale)
 
 

@@ -9,9 +9,9 @@ mask it returns (and none is an integer matrix).
 
 from __future__ import annotations
 
-import numbers
-
 import torch
+
+from reference.validation import require_int
 
 __all__ = [
     "CANN_MAX_TOKENS",
@@ -22,25 +22,21 @@ __all__ = [
     "flash_attention_window",
     "require_window",
     "swa_decode_mask",
+    "validate_encoder_mask_args",
     "validate_padding_mask",
     "validate_seq_lens",
+    "validate_swa_decode_args",
 ]
 
 # The "no limit" value of CANN's pre_tokens / next_tokens (their documented default).
 CANN_MAX_TOKENS = 2147483647
 
 
-def _require_int(value, name: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def require_window(value, name: str = "sliding_window", *, optional: bool = True) -> int | None:
     """MASK-ERRORS: a window is None (no window, when ``optional``) or an int >= 1."""
     if value is None and optional:
         return None
-    return _require_int(value, name, minimum=1)
+    return require_int(value, name, minimum=1)
 
 
 def validate_padding_mask(padding_mask, seq_len: int, name: str = "padding_mask") -> torch.Tensor:
@@ -79,7 +75,7 @@ def validate_seq_lens(seq_lens, kv_len: int, name: str = "seq_lens") -> torch.Te
 def validate_encoder_mask_args(seq_len, sliding_window, padding_mask, device):
     """MASK-ERRORS for encoder_attention_mask's arguments; returns them normalized, with the device
     defaulting to the padding mask's. Shared by the oracle and the backends (same errors)."""
-    seq_len = _require_int(seq_len, "seq_len", minimum=1)
+    seq_len = require_int(seq_len, "seq_len", minimum=1)
     sliding_window = require_window(sliding_window)
     if padding_mask is not None:
         padding_mask = validate_padding_mask(padding_mask, seq_len)
@@ -114,6 +110,14 @@ def encoder_attention_mask(
     return allowed[None, None] & padding_mask.to(allowed.device)[:, None, None, :]
 
 
+def validate_swa_decode_args(seq_lens, kv_len, window):
+    """MASK-ERRORS for swa_decode_mask's arguments; returns (seq_lens, kv_len, window) normalized.
+    Shared by the oracle and the backends (same errors)."""
+    kv_len = require_int(kv_len, "kv_len", minimum=1)
+    window = require_window(window, "window", optional=False)
+    return validate_seq_lens(seq_lens, kv_len), kv_len, window
+
+
 def swa_decode_mask(seq_lens: torch.Tensor, kv_len: int, *, window: int) -> torch.Tensor:
     """MASK-SWA-DECODE: bool [B, 1, kv_len], True = MASKED OUT (the Ascend polarity).
 
@@ -121,9 +125,7 @@ def swa_decode_mask(seq_lens: torch.Tensor, kv_len: int, *, window: int) -> torc
     max(0, L - window) <= j <= L - 1; everything else, including cache rows at or beyond L,
     is True. ``window`` is the canonical W of MASK-ENC (see decode_mask_window).
     """
-    kv_len = _require_int(kv_len, "kv_len", minimum=1)
-    window = require_window(window, "window", optional=False)
-    seq_lens = validate_seq_lens(seq_lens, kv_len)
+    seq_lens, kv_len, window = validate_swa_decode_args(seq_lens, kv_len, window)
     key = torch.arange(kv_len, device=seq_lens.device)
     last = seq_lens[:, None] - 1
     masked = key < last - (window - 1)  # before the window

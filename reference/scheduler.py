@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from reference._validation import require_choice, require_floating
+from reference.validation import require_choice, require_floating
 
 __all__ = [
     "ALGORITHM_TYPES",

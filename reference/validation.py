@@ -1,4 +1,5 @@
-"""Argument checks shared by the oracles (and by backends that must raise the same errors).
+"""Argument checks shared by the oracles, and public for backends and mutants that must raise the
+same errors (same exception types and messages).
 
 Every check names the argument and what was expected, so a user's mistake reads as one.
 """
@@ -9,6 +10,16 @@ import math
 import numbers
 
 import torch
+
+__all__ = [
+    "require_choice",
+    "require_even_last_dim",
+    "require_floating",
+    "require_int",
+    "require_positive_finite",
+    "require_positive_finite_or_none",
+    "require_tensor",
+]
 
 
 def require_tensor(value, name: str) -> torch.Tensor:
@@ -34,6 +45,13 @@ def require_even_last_dim(x: torch.Tensor, name: str) -> int:
             f"{name}.shape[-1] must be a positive even number, got {last} (shape {tuple(x.shape)})"
         )
     return last // 2
+
+
+def require_int(value, name: str, *, minimum: int) -> int:
+    """An integer >= ``minimum`` (bools are rejected); returned as int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def require_choice(value, name: str, choices: tuple) -> None:
