@@ -5,15 +5,27 @@ A backend is any object with
 - ``name: str``, unique among the selected backends;
 - ``unavailable(device: torch.device) -> str | None``: ``None`` when it can run on that
   device, otherwise the reason, which the suite reports as a skip;
-- any subset of the op methods, named like the oracles in ``reference/`` with the same
-  keyword-only options (e.g. ``gelu_and_mul(x, *, approximate)``). An op a backend lacks is
-  reported as *not implemented*, never as a failure.
+- any subset of the op methods of ``OPS`` (``backends.protocols``: one ``typing.Protocol``
+  per family, ``ActivationOps``, ``MaskOps``, ``AttentionOps``, ``SchedulerOps``), named like
+  the oracles in ``reference/`` with the same keyword-only options (e.g.
+  ``gelu_and_mul(x, *, approximate)``), defined in the class body like any method.
+
+An op a backend lacks is reported as *not implemented*, never as a failure. A backend says so
+explicitly, with its reason (shown in the skip message and reports), by assigning
+``NotImplementedOp("reason")`` to the op name in its class body; this also removes an op the
+class inherits::
+
+    class MyCompiledBackend(MyBackend):
+        encoder_attention_mask = NotImplementedOp("create_mask is not compiled")
+
+An op it does not define at all is equally *not implemented*, without a reason.
 
 Built-in backends are listed in ``BUILTIN`` as ``module:attribute`` strings and imported
 lazily, so a backend whose framework is missing costs nothing until it is selected (the
 einops ``_backends`` pattern). External backends come from ``--backend-module MODULE[:ATTR]``
 (ATTR defaults to ``BACKEND`` and may be one backend or an iterable of them) or from the
-``opconform.backends`` entry-point group (each entry point loads one backend or an iterable).
+``opconform.backends`` entry-point group (each entry point loads one backend or an iterable);
+``import_attr("MODULE[:ATTR]")`` resolves such a spec.
 """
 
 from __future__ import annotations
@@ -25,15 +37,23 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from backends.protocols import FAMILIES, OPS
+
 __all__ = [
     "Backend",
     "BUILTIN",
     "ENTRY_POINT_GROUP",
+    "FAMILIES",
+    "OPS",
     "BackendError",
+    "NotImplementedOp",
     "builtin_backends",
+    "check_backend",
     "entry_point_backends",
+    "import_attr",
     "load_backend_module",
     "not_implemented_reason",
+    "unique_by_name",
 ]
 
 ENTRY_POINT_GROUP = "opconform.backends"
@@ -62,7 +82,26 @@ class BackendError(ValueError):
     """A backend specification that cannot be loaded or does not follow the protocol."""
 
 
-def _check_backend(obj, origin: str) -> Backend:
+class NotImplementedOp:
+    """Assigned to an op name in a backend's class body: the backend lacks that op, for ``reason``.
+
+    Not callable, so the op is absent to every caller; ``not_implemented_reason`` reports the reason.
+    """
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        if not isinstance(reason, str) or not reason:
+            raise TypeError("NotImplementedOp needs a non-empty reason")
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"NotImplementedOp({self.reason!r})"
+
+
+def check_backend(obj, origin: str) -> Backend:
+    """``obj`` if it has a non-empty str ``name`` and an ``unavailable`` method, else BackendError
+    naming ``origin`` (where the object came from)."""
     name = getattr(obj, "name", None)
     if not isinstance(name, str) or not name:
         raise BackendError(f"{origin}: {obj!r} has no non-empty str attribute 'name'")
@@ -75,15 +114,17 @@ def _as_backends(obj, origin: str) -> list[Backend]:
     if isinstance(obj, (str, bytes)):
         raise BackendError(f"{origin}: expected a backend or an iterable of backends, got {obj!r}")
     if hasattr(obj, "unavailable") or hasattr(obj, "name"):
-        return [_check_backend(obj, origin)]
+        return [check_backend(obj, origin)]
     try:
         items = list(obj)
     except TypeError:
         raise BackendError(f"{origin}: expected a backend or an iterable of backends, got {obj!r}") from None
-    return [_check_backend(item, origin) for item in items]
+    return [check_backend(item, origin) for item in items]
 
 
-def _import_attr(spec: str, default_attr: str = "BACKEND"):
+def import_attr(spec: str, default_attr: str = "BACKEND"):
+    """The object named by ``MODULE[:ATTR]`` (ATTR defaults to ``default_attr``); BackendError
+    when the spec is malformed, the module does not import or lacks the attribute."""
     module_name, _, attr = spec.partition(":")
     if not module_name:
         raise BackendError(f"backend module spec {spec!r} must look like MODULE[:ATTR]")
@@ -100,12 +141,12 @@ def _import_attr(spec: str, default_attr: str = "BACKEND"):
 
 def load_backend_module(spec: str) -> list[Backend]:
     """Load the backends named by ``MODULE[:ATTR]`` (ATTR defaults to ``BACKEND``)."""
-    return _as_backends(_import_attr(spec), f"--backend-module {spec}")
+    return _as_backends(import_attr(spec), f"--backend-module {spec}")
 
 
 def builtin_backends() -> list[Backend]:
     """The built-in backends, in ``BUILTIN`` order."""
-    return [_check_backend(_import_attr(target), f"built-in {name}") for name, target in BUILTIN.items()]
+    return [check_backend(import_attr(target), f"built-in {name}") for name, target in BUILTIN.items()]
 
 
 def entry_point_backends() -> list[Backend]:
@@ -117,10 +158,21 @@ def entry_point_backends() -> list[Backend]:
 
 
 def not_implemented_reason(backend: Backend, op: str) -> str | None:
-    """``None`` when ``backend`` has op method ``op``, else the reason used in reports."""
-    if callable(getattr(backend, op, None)):
+    """``None`` when ``backend`` has op method ``op``, else the reason used in reports: "not
+    implemented: ...", with the backend's own reason when it declares the op a NotImplementedOp."""
+    if op not in OPS:
+        raise KeyError(f"unknown op {op!r}; known ops: {sorted(OPS)}")
+    method = getattr(backend, op, None)
+    if isinstance(method, NotImplementedOp):
+        return f"not implemented: backend {backend.name!r} has no op {op!r}: {method.reason}"
+    if callable(method):
         return None
     return f"not implemented: backend {backend.name!r} has no op {op!r}"
+
+
+# Old private names, for callers not yet moved to the public ones (conformance/bench.py).
+_import_attr = import_attr
+_check_backend = check_backend
 
 
 def unique_by_name(backends: Iterable[Backend]) -> list[Backend]:

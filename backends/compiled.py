@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from backends._toolchain import compile_unavailable
-from reference.validation import require_choice, require_positive_finite_or_none
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
+from reference.validation import require_choice, require_positive_finite_or_none
 
 
 def _halves_1d(x: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,9 +20,10 @@ import importlib.util
 
 import torch
 
+from backends import NotImplementedOp
 from backends._toolchain import compile_unavailable
-from reference import attention as _attention_oracle
-from reference import masks as _mask_oracle
+from reference.attention import require_scale, validate_decode_args, validate_prefill_args
+from reference.masks import validate_encoder_mask_args
 
 
 def _flex():
@@ -65,9 +66,14 @@ class FlexBackend:
             return None
         return compile_unavailable(device, what="compiled FlexAttention")
 
+    attention = NotImplementedOp(
+        "a [B, H, Sq, Sk] lookup mask_mod is slow in eager FlexAttention and adds nothing the window "
+        "mask_mod of prefill and decode does not test"
+    )
+
     # MASK-ENC through create_mask of the same mask_mod the attention uses.
     def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
-        seq_len, sliding_window, padding_mask, device = _mask_oracle.validate_encoder_mask_args(
+        seq_len, sliding_window, padding_mask, device = validate_encoder_mask_args(
             seq_len, sliding_window, padding_mask, device
         )
         device = torch.device("cpu") if device is None else torch.device(device)
@@ -105,24 +111,23 @@ class FlexBackend:
         return run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)[:, :q_heads, :q_len]
 
     def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
-        batch, q_len = _attention_oracle.validate_prefill_qkv(q, k, v)
-        scale = _attention_oracle._require_scale(scale)
-        sliding_window = _mask_oracle.require_window(sliding_window)
+        batch, q_len, sliding_window, padding_mask = validate_prefill_args(
+            q, k, v, sliding_window=sliding_window, padding_mask=padding_mask
+        )
+        scale = require_scale(scale)
         if padding_mask is None:
             key_valid = torch.ones(batch, q_len, dtype=torch.bool, device=q.device)
         else:
-            key_valid = _mask_oracle.validate_padding_mask(padding_mask, q_len).to(q.device)
-            if key_valid.shape[0] != batch:
-                raise ValueError(f"padding_mask must have B={batch} rows, got {key_valid.shape[0]}")
+            key_valid = padding_mask.to(q.device)
         query_pos = torch.arange(q_len, device=q.device).expand(batch, q_len)
         window = _window_tensor(sliding_window, q_len, q.device)
         return self._run(q, k, v, query_pos, key_valid, window, scale=scale)
 
     def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
-        seq_lens, sliding_window = _attention_oracle.validate_decode_args(
+        seq_lens, sliding_window = validate_decode_args(
             q, k_cache, v_cache, seq_lens, sliding_window=sliding_window
         )
-        scale = _attention_oracle._require_scale(scale)
+        scale = require_scale(scale)
         kv_len, seq_lens = k_cache.shape[2], seq_lens.to(q.device)
         key_valid = torch.arange(kv_len, device=q.device)[None, :] < seq_lens[:, None]
         # Stale rows are excluded by the mask, but a masked NaN still poisons the matmul.
@@ -137,7 +142,10 @@ class FlexCompiledBackend(FlexBackend):
     """Compiled prefill and decode only: its masks would be the eager backend's (create_mask is
     not compiled)."""
 
-    encoder_attention_mask = None
+    encoder_attention_mask = NotImplementedOp(
+        "flex-compiled compiles prefill and decode only; its mask would be flex's "
+        "(create_mask is not compiled)"
+    )
 
 
 BACKEND = FlexBackend("flex", compiled=False)

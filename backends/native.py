@@ -1,7 +1,8 @@
 """The ``native`` backend: eager PyTorch on any device.
 
-It validates like the oracles (same exception types) and then calls plain
-``torch.nn.functional`` ops in the input's dtype.
+It validates like the oracles (same exception types, through their shared checks) and then
+calls plain ``torch.nn.functional`` ops in the input's dtype. The ops are static methods;
+each is also a module-level function (``from backends.native import encoder_attention_mask``).
 """
 
 from __future__ import annotations
@@ -9,72 +10,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from reference.validation import require_choice, require_positive_finite_or_none
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
-
-
-def gelu_and_mul(x: torch.Tensor, *, approximate: str) -> torch.Tensor:
-    d = validate_gated_input(x)
-    require_choice(approximate, "approximate", APPROXIMATE_MODES)
-    return F.gelu(x[..., :d], approximate=approximate) * x[..., d:]
-
-
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    d = validate_gated_input(x)
-    return F.silu(x[..., :d]) * x[..., d:]
-
-
-def swiglu_step_and_mul(x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
-    d = validate_gated_input(x)
-    limit = require_positive_finite_or_none(limit, "limit")
-    gate, up = F.silu(x[..., :d]), x[..., d:]
-    if limit is None:
-        return gate * up
-    return gate.clamp(max=limit) * up.clamp(-limit, limit)
-
-
-class NativeBackend:
-    name = "native"
-
-    def unavailable(self, device: torch.device) -> str | None:
-        return None
-
-    gelu_and_mul = staticmethod(gelu_and_mul)
-    silu_and_mul = staticmethod(silu_and_mul)
-    swiglu_step_and_mul = staticmethod(swiglu_step_and_mul)
-
-
-BACKEND = NativeBackend()
-
-
-# --- masks and attention (spec/masks.md, spec/attention.md) ---------------------------------
-
-from reference import attention as _attention_oracle  # noqa: E402
-from reference import masks as _mask_oracle  # noqa: E402
-
-
-def encoder_attention_mask(seq_len, *, sliding_window=None, padding_mask=None, device=None):
-    """MASK-ENC by boolean ops: a lower triangle, a window band, a key-padding column mask."""
-    seq_len, sliding_window, padding_mask, device = _mask_oracle.validate_encoder_mask_args(
-        seq_len, sliding_window, padding_mask, device
-    )
-    ones = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
-    allowed = ones.tril()
-    if sliding_window is not None:
-        allowed &= ones.triu(-(sliding_window - 1))
-    if padding_mask is None:
-        return allowed
-    return allowed[None, None] & padding_mask.to(allowed.device)[:, None, None, :]
-
-
-def swa_decode_mask(seq_lens, kv_len, *, window):
-    """MASK-SWA-DECODE: True = masked, visible keys max(0, L - window) <= j <= L - 1."""
-    kv_len = _mask_oracle._require_int(kv_len, "kv_len", minimum=1)
-    window = _mask_oracle.require_window(window, "window", optional=False)
-    seq_lens = _mask_oracle.validate_seq_lens(seq_lens, kv_len)
-    position = torch.arange(kv_len, device=seq_lens.device)
-    visible = (position >= (seq_lens - window).clamp_min(0)[:, None]) & (position < seq_lens[:, None])
-    return ~visible[:, None, :]
+from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
+from reference.masks import validate_encoder_mask_args, validate_swa_decode_args
+from reference.validation import require_choice, require_positive_finite_or_none
 
 
 def require_attention_mask(allowed, q):
@@ -88,46 +27,105 @@ def require_attention_mask(allowed, q):
     return allowed
 
 
-def attention(q, k, v, *, allowed, scale):
-    """ATTN via F.scaled_dot_product_attention (enable_gqa); empty rows are set to zero explicitly."""
-    batch, q_heads, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k, v)
-    scale = _attention_oracle._require_scale(scale)
-    allowed = require_attention_mask(allowed, q)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
-    bool_mask = allowed if allowed.dtype == torch.bool else allowed != float("-inf")
-    empty = ~bool_mask.expand(batch, q_heads, q_len, kv_len).any(-1, keepdim=True)
-    return out.masked_fill(empty, 0.0)
+class NativeBackend:
+    name = "native"
+
+    def unavailable(self, device: torch.device) -> str | None:
+        return None
+
+    # --- activations (spec/activations.md) ---------------------------------------------------
+
+    @staticmethod
+    def gelu_and_mul(x: torch.Tensor, *, approximate: str) -> torch.Tensor:
+        d = validate_gated_input(x)
+        require_choice(approximate, "approximate", APPROXIMATE_MODES)
+        return F.gelu(x[..., :d], approximate=approximate) * x[..., d:]
+
+    @staticmethod
+    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        d = validate_gated_input(x)
+        return F.silu(x[..., :d]) * x[..., d:]
+
+    @staticmethod
+    def swiglu_step_and_mul(x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
+        d = validate_gated_input(x)
+        limit = require_positive_finite_or_none(limit, "limit")
+        gate, up = F.silu(x[..., :d]), x[..., d:]
+        if limit is None:
+            return gate * up
+        return gate.clamp(max=limit) * up.clamp(-limit, limit)
+
+    # --- masks and attention (spec/masks.md, spec/attention.md) ------------------------------
+
+    @staticmethod
+    def encoder_attention_mask(seq_len, *, sliding_window=None, padding_mask=None, device=None):
+        """MASK-ENC by boolean ops: a lower triangle, a window band, a key-padding column mask."""
+        seq_len, sliding_window, padding_mask, device = validate_encoder_mask_args(
+            seq_len, sliding_window, padding_mask, device
+        )
+        ones = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
+        allowed = ones.tril()
+        if sliding_window is not None:
+            allowed &= ones.triu(-(sliding_window - 1))
+        if padding_mask is None:
+            return allowed
+        return allowed[None, None] & padding_mask.to(allowed.device)[:, None, None, :]
+
+    @staticmethod
+    def swa_decode_mask(seq_lens, kv_len, *, window):
+        """MASK-SWA-DECODE: True = masked, visible keys max(0, L - window) <= j <= L - 1."""
+        seq_lens, kv_len, window = validate_swa_decode_args(seq_lens, kv_len, window)
+        position = torch.arange(kv_len, device=seq_lens.device)
+        visible = (position >= (seq_lens - window).clamp_min(0)[:, None]) & (position < seq_lens[:, None])
+        return ~visible[:, None, :]
+
+    @staticmethod
+    def attention(q, k, v, *, allowed, scale):
+        """ATTN via F.scaled_dot_product_attention (enable_gqa); empty rows are set to zero explicitly."""
+        batch, q_heads, _, q_len, kv_len, _ = validate_qkv(q, k, v)
+        scale = require_scale(scale)
+        allowed = require_attention_mask(allowed, q)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale, enable_gqa=True)
+        bool_mask = allowed if allowed.dtype == torch.bool else allowed != float("-inf")
+        empty = ~bool_mask.expand(batch, q_heads, q_len, kv_len).any(-1, keepdim=True)
+        return out.masked_fill(empty, 0.0)
+
+    @staticmethod
+    def prefill_attention(q, k, v, *, sliding_window, padding_mask, scale):
+        """ATTN-PREFILL: the native encoder mask handed to SDPA."""
+        _, q_len, sliding_window, padding_mask = validate_prefill_args(
+            q, k, v, sliding_window=sliding_window, padding_mask=padding_mask
+        )
+        allowed = encoder_attention_mask(
+            q_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
+        )
+        return attention(q, k, v, allowed=allowed, scale=scale)
+
+    @staticmethod
+    def decode_attention(q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
+        """ATTN-DECODE: the decode mask (inverted to SDPA polarity); stale cache rows zeroed first."""
+        seq_lens, sliding_window = validate_decode_args(
+            q, k_cache, v_cache, seq_lens, sliding_window=sliding_window
+        )
+        kv_len = k_cache.shape[2]
+        window = kv_len if sliding_window is None else sliding_window
+        seq_lens = seq_lens.to(q.device)
+        allowed = ~swa_decode_mask(seq_lens, kv_len, window=window)[:, :, None, :]  # [B, 1, 1, kv_len]
+        # SDPA adds -inf to masked scores, and NaN + -inf is NaN: stale rows must be cleared.
+        in_sequence = (torch.arange(kv_len, device=q.device) < seq_lens[:, None])[:, None, :, None]
+        k_cache = k_cache.masked_fill(~in_sequence, 0.0)
+        v_cache = v_cache.masked_fill(~in_sequence, 0.0)
+        return attention(q, k_cache, v_cache, allowed=allowed, scale=scale)
 
 
-def prefill_attention(q, k, v, *, sliding_window, padding_mask, scale):
-    """ATTN-PREFILL: the native encoder mask handed to SDPA."""
-    _, q_len = _attention_oracle.validate_prefill_qkv(q, k, v)
-    allowed = encoder_attention_mask(
-        q_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
-    )
-    if allowed.dim() == 4 and allowed.shape[0] != q.shape[0]:
-        raise ValueError(f"padding_mask must have B={q.shape[0]} rows, got {allowed.shape[0]}")
-    return attention(q, k, v, allowed=allowed, scale=scale)
+BACKEND = NativeBackend()
 
-
-def decode_attention(q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
-    """ATTN-DECODE: the decode mask (inverted to SDPA polarity); stale cache rows zeroed first."""
-    seq_lens, sliding_window = _attention_oracle.validate_decode_args(
-        q, k_cache, v_cache, seq_lens, sliding_window=sliding_window
-    )
-    kv_len = k_cache.shape[2]
-    window = kv_len if sliding_window is None else sliding_window
-    seq_lens = seq_lens.to(q.device)
-    allowed = ~swa_decode_mask(seq_lens, kv_len, window=window)[:, :, None, :]  # [B, 1, 1, kv_len]
-    # SDPA adds -inf to masked scores, and NaN + -inf is NaN: stale rows must be cleared.
-    in_sequence = (torch.arange(kv_len, device=q.device) < seq_lens[:, None])[:, None, :, None]
-    k_cache = k_cache.masked_fill(~in_sequence, 0.0)
-    v_cache = v_cache.masked_fill(~in_sequence, 0.0)
-    return attention(q, k_cache, v_cache, allowed=allowed, scale=scale)
-
-
-NativeBackend.encoder_attention_mask = staticmethod(encoder_attention_mask)
-NativeBackend.swa_decode_mask = staticmethod(swa_decode_mask)
-NativeBackend.attention = staticmethod(attention)
-NativeBackend.prefill_attention = staticmethod(prefill_attention)
-NativeBackend.decode_attention = staticmethod(decode_attention)
+# The ops as plain functions, for other backends, benchmarks and mutants that build on them.
+gelu_and_mul = NativeBackend.gelu_and_mul
+silu_and_mul = NativeBackend.silu_and_mul
+swiglu_step_and_mul = NativeBackend.swiglu_step_and_mul
+encoder_attention_mask = NativeBackend.encoder_attention_mask
+swa_decode_mask = NativeBackend.swa_decode_mask
+attention = NativeBackend.attention
+prefill_attention = NativeBackend.prefill_attention
+decode_attention = NativeBackend.decode_attention

@@ -15,8 +15,13 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from reference.validation import require_choice, require_positive_finite_or_none
+from backends import native
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
+from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
+from reference.masks import CANN_MAX_TOKENS, require_window
+from reference.validation import require_choice, require_positive_finite_or_none
+
+FIA_COMPRESSED_MASK_SIZE = 2048
 
 
 def import_torch_npu() -> types.ModuleType | None:
@@ -34,8 +39,25 @@ def _real_ops_unavailable(device: torch.device) -> str | None:
     return None
 
 
-def _emulated_ops_unavailable(device: torch.device) -> str | None:
+def emulator_unavailable(device: torch.device) -> str | None:
+    """The emulator runs on every device."""
     return None
+
+
+def load_emulator() -> types.ModuleType:
+    """The op module of ``npu-emulated``: ``backends.npu_emulator``."""
+    return importlib.import_module("backends.npu_emulator")
+
+
+def compressed_causal_mask(device) -> torch.Tensor:
+    """The 2048x2048 mask FIA's sparse modes 2-4 require: True strictly above the diagonal."""
+    size = FIA_COMPRESSED_MASK_SIZE
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
+
+
+def fia_heads(q, k) -> dict:
+    """FIA's head-count and layout arguments for BNSD q and k."""
+    return {"num_heads": q.shape[1], "num_key_value_heads": k.shape[1], "input_layout": "BNSD"}
 
 
 class AscendBackend:
@@ -80,60 +102,31 @@ class AscendBackend:
         gate, up = x[..., :d], x[..., d:]
         return F.silu(gate).clamp(max=limit) * up.clamp(-limit, limit)
 
-
-def _load_emulator() -> types.ModuleType:
-    return importlib.import_module("backends.npu_emulator")
-
-
-BACKEND = AscendBackend("npu", import_torch_npu, _real_ops_unavailable)
-EMULATED = AscendBackend("npu-emulated", _load_emulator, _emulated_ops_unavailable)
-
-
-# --- masks and attention on FIA (spec/masks.md, spec/attention.md) -------------------------
-
-from backends import native as _native  # noqa: E402
-from reference import attention as _attention_oracle  # noqa: E402
-from reference import masks as _mask_oracle  # noqa: E402
-
-FIA_COMPRESSED_MASK_SIZE = 2048
-
-
-def compressed_causal_mask(device) -> torch.Tensor:
-    """The 2048x2048 mask FIA's sparse modes 2-4 require: True strictly above the diagonal."""
-    size = FIA_COMPRESSED_MASK_SIZE
-    return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
-
-
-def _fia_heads(q, k) -> dict:
-    return {"num_heads": q.shape[1], "num_key_value_heads": k.shape[1], "input_layout": "BNSD"}
-
-
-class _AscendAttention:
-    """FIA mapping, mixed into AscendBackend. Masks are bool; FIA's polarity is True = masked."""
+    # --- masks and attention on FIA (spec/masks.md, spec/attention.md) ---------------------
+    # Masks are bool; FIA's polarity is True = masked.
 
     # MASK-ENC / MASK-SWA-DECODE: boolean ops, shared with native.
-    encoder_attention_mask = staticmethod(_native.encoder_attention_mask)
-    swa_decode_mask = staticmethod(_native.swa_decode_mask)
+    encoder_attention_mask = staticmethod(native.encoder_attention_mask)
+    swa_decode_mask = staticmethod(native.swa_decode_mask)
 
     # WINDOW-CONV: the whole window mapping lives in these two methods.
     def cann_prefill_tokens(self, sliding_window):
-        _mask_oracle.require_window(sliding_window)
+        require_window(sliding_window)
         if sliding_window is None:
-            return {"pre_tokens": _mask_oracle.CANN_MAX_TOKENS, "next_tokens": 0}
+            return {"pre_tokens": CANN_MAX_TOKENS, "next_tokens": 0}
         return {"pre_tokens": sliding_window - 1, "next_tokens": 0}
 
     def decode_mask_window(self, sliding_window):
-        return _mask_oracle.require_window(sliding_window, optional=False)
+        return require_window(sliding_window, optional=False)
 
-    def _fia(self, q, k, v, *, scale, **options):
-        return self.ops.npu_fused_infer_attention_score(q, k, v, scale=scale, **_fia_heads(q, k), **options)[
-            0
-        ]
+    def fia(self, q, k, v, *, scale, **options):
+        """npu_fused_infer_attention_score in BNSD with q's and k's head counts; its output only."""
+        return self.ops.npu_fused_infer_attention_score(q, k, v, scale=scale, **fia_heads(q, k), **options)[0]
 
     def attention(self, q, k, v, *, allowed, scale):
         """ATTN: sparse_mode 1 (full explicit mask), polarity inverted for FIA; bool masks only."""
-        batch, q_heads, _, q_len, kv_len, _ = _attention_oracle.validate_qkv(q, k, v)
-        scale = _attention_oracle._require_scale(scale)
+        batch, q_heads, _, q_len, kv_len, _ = validate_qkv(q, k, v)
+        scale = require_scale(scale)
         if not isinstance(allowed, torch.Tensor) or allowed.dtype != torch.bool:
             raise TypeError(
                 f"allowed must be a bool tensor (True = attend), got {getattr(allowed, 'dtype', allowed)}"
@@ -141,19 +134,21 @@ class _AscendAttention:
         masked = ~allowed.expand(batch, q_heads, q_len, kv_len)
         if bool((masked != masked[:, :1]).any()):
             raise ValueError("allowed must be the same for every head (FIA takes one mask per batch)")
-        return self._fia(q, k, v, scale=scale, atten_mask=masked[:, :1].contiguous(), sparse_mode=1)
+        return self.fia(q, k, v, scale=scale, atten_mask=masked[:, :1].contiguous(), sparse_mode=1)
 
     def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
         """ATTN-PREFILL: band (sparse_mode 4) or causal (3) from the compressed mask; with padding,
         an explicit full mask (sparse_mode 0), since FIA's lengths only express right padding."""
-        _, q_len = _attention_oracle.validate_prefill_qkv(q, k, v)
-        scale = _attention_oracle._require_scale(scale)
+        _, q_len, _, _ = validate_prefill_args(
+            q, k, v, sliding_window=sliding_window, padding_mask=padding_mask
+        )
+        scale = require_scale(scale)
         tokens = self.cann_prefill_tokens(sliding_window)
         # S = 1 dispatches to the incremental kernel, which would read the compressed mask as
         # an explicit [B, 1, 1, Sk] mask: take the explicit-mask path below instead.
         if padding_mask is None and q_len > 1:
             sparse_mode = 3 if sliding_window is None else 4
-            return self._fia(
+            return self.fia(
                 q,
                 k,
                 v,
@@ -165,26 +160,21 @@ class _AscendAttention:
         allowed = self.encoder_attention_mask(
             q_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
         )
-        if allowed.dim() == 4 and allowed.shape[0] != q.shape[0]:
-            raise ValueError(f"padding_mask must have B={q.shape[0]} rows, got {allowed.shape[0]}")
         masked = (~allowed).expand(q.shape[0], 1, q_len, q_len).contiguous()
-        return self._fia(q, k, v, scale=scale, atten_mask=masked, sparse_mode=0, **tokens)
+        return self.fia(q, k, v, scale=scale, atten_mask=masked, sparse_mode=0, **tokens)
 
     def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
         """ATTN-DECODE: an explicit SWA mask (True = masked) plus actual_seq_lengths_kv; for query
         length 1 FIA ignores pre_tokens/next_tokens and sparse_mode."""
-        seq_lens, _ = _attention_oracle.validate_decode_args(
-            q, k_cache, v_cache, seq_lens, sliding_window=sliding_window
-        )
-        scale = _attention_oracle._require_scale(scale)
+        seq_lens, _ = validate_decode_args(q, k_cache, v_cache, seq_lens, sliding_window=sliding_window)
+        scale = require_scale(scale)
         kv_len = k_cache.shape[2]
         window = kv_len if sliding_window is None else self.decode_mask_window(sliding_window)
         masked = self.swa_decode_mask(seq_lens.to(q.device), kv_len, window=window)[:, :, None, :]
-        return self._fia(
+        return self.fia(
             q, k_cache, v_cache, scale=scale, atten_mask=masked, actual_seq_lengths_kv=seq_lens.tolist()
         )
 
 
-for _name, _member in vars(_AscendAttention).items():
-    if not _name.startswith("__"):
-        setattr(AscendBackend, _name, _member)
+BACKEND = AscendBackend("npu", import_torch_npu, _real_ops_unavailable)
+EMULATED = AscendBackend("npu-emulated", load_emulator, emulator_unavailable)

@@ -12,7 +12,7 @@ import importlib.util
 
 import torch
 
-from reference import masks as _mask_oracle
+from reference.masks import validate_encoder_mask_args
 
 
 def _masking_utils():
@@ -33,7 +33,7 @@ class TransformersBackend:
         return None
 
     def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
-        seq_len, sliding_window, padding_mask, device = _mask_oracle.validate_encoder_mask_args(
+        seq_len, sliding_window, padding_mask, device = validate_encoder_mask_args(
             seq_len, sliding_window, padding_mask, device
         )
         device = torch.device("cpu") if device is None else torch.device(device)

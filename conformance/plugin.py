@@ -215,7 +215,8 @@ def pytest_generate_tests(metafunc):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_pycollect_makeitem(collector, name, obj):
-    """A test that names a clause missing from spec/*.md is a collection error."""
+    """A test that names a clause missing from spec/*.md, or an op missing from the op table
+    (``backends.OPS``), is a collection error."""
     result = yield
     items = result if isinstance(result, list) else [result] if result is not None else []
     known = collector.config._opconform_clauses
@@ -227,6 +228,14 @@ def pytest_pycollect_makeitem(collector, name, obj):
             raise collector.CollectError(
                 f"{item.nodeid}: @pytest.mark.clause names unknown clause(s) {unknown}: "
                 "no '### ID: title' heading in spec/*.md"
+            )
+        # An op mark names exactly one op of the table; a typo would make it "not implemented" everywhere.
+        marks = [m.args for m in item.iter_markers("op")]
+        bad_ops = [args for args in marks if len(args) != 1 or args[0] not in registry.OPS]
+        if bad_ops:
+            raise collector.CollectError(
+                f"{item.nodeid}: @pytest.mark.op names unknown op(s) {bad_ops}; "
+                f"known ops (backends.OPS): {sorted(registry.OPS)}"
             )
     return result
 

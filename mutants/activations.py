@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from backends.native import NativeBackend
-from backends.npu import EMULATED, AscendBackend
-from reference.validation import require_choice, require_positive_finite_or_none
+from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
+from reference.validation import require_choice, require_positive_finite_or_none
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
 PROPERTIES = ["conformance.test_activations"]
@@ -23,7 +23,7 @@ class _AscendMutant(AscendBackend):
     name = ""
 
     def __init__(self):
-        super().__init__(self.name, EMULATED._load_ops, EMULATED._unavailable)
+        super().__init__(self.name, load_emulator, emulator_unavailable)
 
 
 class GegluFlagSwapped(_AscendMutant):

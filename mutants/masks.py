@@ -6,7 +6,7 @@ import torch
 
 from backends import native
 from backends.native import NativeBackend
-from backends.npu import EMULATED, AscendBackend
+from backends.npu import AscendBackend, emulator_unavailable, fia_heads, load_emulator
 from reference import attention as attention_oracle
 from reference import masks as mask_oracle
 
@@ -16,7 +16,7 @@ PROPERTIES = ["conformance.test_masks", "conformance.test_attention"]
 
 class _WrongAscend(AscendBackend):
     def __init__(self, name: str):
-        super().__init__(name, EMULATED._load_ops, EMULATED._unavailable)
+        super().__init__(name, load_emulator, emulator_unavailable)
 
 
 class _WrongNative(NativeBackend):
@@ -35,12 +35,12 @@ class _WrongNative(NativeBackend):
         raise NotImplementedError
 
     def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
-        _, seq_len = attention_oracle.validate_prefill_qkv(q, k, v)
+        _, seq_len, sliding_window, padding_mask = attention_oracle.validate_prefill_args(
+            q, k, v, sliding_window=sliding_window, padding_mask=padding_mask
+        )
         allowed = self.encoder_attention_mask(
             seq_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
         )
-        if allowed.dim() == 4 and allowed.shape[0] != q.shape[0]:
-            raise ValueError(f"padding_mask must have B={q.shape[0]} rows, got {allowed.shape[0]}")
         return native.attention(q, k, v, allowed=allowed, scale=scale)
 
 
@@ -91,7 +91,7 @@ class DecodeReliesOnPreTokens(_WrongAscend):
     def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
         attention_oracle.validate_decode_args(q, k_cache, v_cache, seq_lens, sliding_window=sliding_window)
         tokens = self.cann_prefill_tokens(sliding_window)
-        return self._fia(
+        return self.fia(
             q, k_cache, v_cache, scale=scale, sparse_mode=4, atten_mask=None,
             actual_seq_lengths_kv=seq_lens.tolist(), **tokens,
         )  # fmt: skip
@@ -157,9 +157,8 @@ class ScaleLeftAtOpDefault(_WrongAscend):
 
     clauses = {"ATTN-SCALE", "ATTN-PREFILL", "ATTN-DECODE"}
 
-    def _fia(self, q, k, v, *, scale, **options):
-        heads = {"num_heads": q.shape[1], "num_key_value_heads": k.shape[1], "input_layout": "BNSD"}
-        return self.ops.npu_fused_infer_attention_score(q, k, v, **heads, **options)[0]
+    def fia(self, q, k, v, *, scale, **options):
+        return self.ops.npu_fused_infer_attention_score(q, k, v, **fia_heads(q, k), **options)[0]
 
 
 class WindowOneShort(_WrongNative):

@@ -1,0 +1,148 @@
+"""The op methods a backend may implement: one ``typing.Protocol`` per contract family, and
+``OPS``, the one table of op names (op name -> family).
+
+A backend implements any subset of ``OPS``; each op takes the oracle's parameter names (the
+oracle of the same name in ``reference/``, where one exists) with the same keyword-only
+options. The protocols state the exact signatures for readers and type checkers; the suite
+calls ops by name, and ``@pytest.mark.op`` marks must name an op of ``OPS`` (checked at
+collection). tests/test_backends_registry.py checks that ``OPS``, the protocols, the oracles
+and the built-in backends agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+__all__ = [
+    "FAMILIES",
+    "OPS",
+    "ActivationOps",
+    "AttentionOps",
+    "DPMScheduler",
+    "MaskOps",
+    "SchedulerOps",
+    "protocol_ops",
+]
+
+
+class ActivationOps(Protocol):
+    """spec/activations.md (reference/activations.py)."""
+
+    def gelu_and_mul(self, x: torch.Tensor, *, approximate: str) -> torch.Tensor: ...
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def swiglu_step_and_mul(self, x: torch.Tensor, *, limit: float | None) -> torch.Tensor: ...
+
+    def npu_geglu_args(self, approximate: str) -> dict:
+        """Ascend adapters: the ``torch_npu.npu_geglu`` keyword arguments that give gelu_and_mul."""
+        ...
+
+
+class MaskOps(Protocol):
+    """spec/masks.md (reference/masks.py): boolean masks and the window converters."""
+
+    def encoder_attention_mask(
+        self,
+        seq_len: int,
+        *,
+        sliding_window: int | None = None,
+        padding_mask: torch.Tensor | None = None,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor: ...
+
+    def swa_decode_mask(self, seq_lens: torch.Tensor, kv_len: int, *, window: int) -> torch.Tensor: ...
+
+    def flash_attention_window(self, sliding_window: int | None) -> tuple[int, int]: ...
+
+    def cann_prefill_tokens(self, sliding_window: int | None) -> dict: ...
+
+    def decode_mask_window(self, sliding_window: int) -> int: ...
+
+
+class AttentionOps(Protocol):
+    """spec/attention.md (reference/attention.py)."""
+
+    def attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, allowed: torch.Tensor, scale: float
+    ) -> torch.Tensor: ...
+
+    def prefill_attention(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        sliding_window: int | None,
+        padding_mask: torch.Tensor | None,
+        scale: float,
+    ) -> torch.Tensor: ...
+
+    def decode_attention(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        seq_lens: torch.Tensor,
+        *,
+        sliding_window: int | None,
+        scale: float,
+    ) -> torch.Tensor: ...
+
+
+class DPMScheduler(Protocol):
+    """What ``dpm_scheduler(**config)`` returns (reference/scheduler.py's DPMSolverMultistep)."""
+
+    timesteps: torch.Tensor
+    sigmas: torch.Tensor
+
+    def set_timesteps(self, num_inference_steps: int, device: torch.device | str | None = None) -> None: ...
+
+    def step(
+        self,
+        model_output: torch.Tensor,
+        timestep: Any,
+        sample: torch.Tensor,
+        generator: torch.Generator | None = None,
+        variance_noise: torch.Tensor | None = None,
+        return_dict: bool = True,
+    ) -> Any: ...
+
+
+class SchedulerOps(Protocol):
+    """spec/scheduler.md: the diffusers ``DPMSolverMultistepScheduler`` configuration keywords."""
+
+    def dpm_scheduler(self, **config: Any) -> DPMScheduler: ...
+
+
+# family -> the Protocol listing its ops.
+FAMILIES: dict[str, type] = {
+    "activations": ActivationOps,
+    "masks": MaskOps,
+    "attention": AttentionOps,
+    "scheduler": SchedulerOps,
+}
+
+# The one table of op names: op -> family. @pytest.mark.op must name one of these.
+OPS: dict[str, str] = {
+    "gelu_and_mul": "activations",
+    "silu_and_mul": "activations",
+    "swiglu_step_and_mul": "activations",
+    "npu_geglu_args": "activations",
+    "encoder_attention_mask": "masks",
+    "swa_decode_mask": "masks",
+    "flash_attention_window": "masks",
+    "cann_prefill_tokens": "masks",
+    "decode_mask_window": "masks",
+    "attention": "attention",
+    "prefill_attention": "attention",
+    "decode_attention": "attention",
+    "dpm_scheduler": "scheduler",
+}
+
+
+def protocol_ops(protocol: type) -> list[str]:
+    """The op method names a family protocol declares, in definition order."""
+    return [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
