@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from importlib import metadata
 
 import pytest
@@ -74,3 +75,71 @@ def test_not_implemented_reason():
 
     assert backends.not_implemented_reason(BACKEND, "gelu_and_mul") is None
     assert backends.not_implemented_reason(BACKEND, "npu_geglu_args").startswith("not implemented")
+
+
+def test_not_implemented_op_states_its_reason():
+    """NotImplementedOp in a class body removes an (inherited) op; the skip message carries the reason."""
+    from backends.flex import COMPILED
+
+    reason = backends.not_implemented_reason(COMPILED, "encoder_attention_mask")
+    assert reason.startswith("not implemented: backend 'flex-compiled' has no op 'encoder_attention_mask': ")
+    assert "create_mask is not compiled" in reason
+    assert not callable(COMPILED.encoder_attention_mask)
+    assert backends.not_implemented_reason(COMPILED, "prefill_attention") is None
+    with pytest.raises(KeyError, match="unknown op 'gelu_and_mull'"):
+        backends.not_implemented_reason(COMPILED, "gelu_and_mull")
+
+
+def test_import_attr_is_public():
+    """import_attr resolves MODULE[:ATTR] with a default attribute, for the bench and the plugin."""
+    assert backends.import_attr("backends.npu:EMULATED").name == "npu-emulated"
+    assert backends.import_attr("backends.protocols", default_attr="OPS") is backends.OPS
+
+
+def _parameters(function) -> list[tuple[str, str]]:
+    """Positional and keyword-only parameter names and kinds (not self, *args or **kwargs)."""
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [
+        (p.name, "positional" if p.kind in kinds else p.kind.name)
+        for p in inspect.signature(function).parameters.values()
+        if p.name != "self"
+    ]
+
+
+def test_op_table_matches_the_family_protocols():
+    """OPS is the union of the family protocols' methods, each op in its own family's protocol."""
+    from backends.protocols import protocol_ops
+
+    declared = {op: family for family, proto in backends.FAMILIES.items() for op in protocol_ops(proto)}
+    assert declared == backends.OPS
+
+
+@pytest.mark.parametrize("op", sorted(backends.OPS))
+def test_protocol_signature_matches_the_oracle(op):
+    """Each op's protocol method has the parameter names and kinds of the oracle of that name."""
+    import reference.activations
+    import reference.attention
+    import reference.masks
+
+    method = getattr(backends.FAMILIES[backends.OPS[op]], op)
+    oracles = [
+        getattr(m, op)
+        for m in (reference.activations, reference.masks, reference.attention)
+        if hasattr(m, op)
+    ]
+    if not oracles:
+        assert op == "dpm_scheduler"  # built from a config: the oracle is reference.scheduler's class
+        return
+    assert _parameters(method) == _parameters(oracles[0])
+
+
+def test_builtin_op_methods_match_the_protocols():
+    """Every op a built-in backend defines has the protocol's parameter names and kinds."""
+    from backends.flex import COMPILED
+
+    for backend in [*backends.builtin_backends(), COMPILED]:
+        for op, family in backends.OPS.items():
+            method = getattr(backend, op, None)
+            if callable(method):
+                expected = _parameters(getattr(backends.FAMILIES[family], op))
+                assert _parameters(method) == expected, (backend.name, op)
