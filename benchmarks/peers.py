@@ -4,7 +4,7 @@
 ``native`` backend, turned into an additive float mask (0 / -inf, in the query's dtype) and
 handed to ``F.scaled_dot_product_attention``. Its ratio to ``native`` (SDPA with the bool mask)
 is the cost of the float mask. It follows the backend protocol, so the bench treats it like one.
-Everything it needs from the masks family is imported lazily: without that code on the branch
+Everything it needs from the masks family is imported lazily: without that code importable
 it is a skip with the reason.
 """
 
