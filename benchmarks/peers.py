@@ -10,24 +10,10 @@ it is a skip with the reason.
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.nn.functional as F
 
 __all__ = ["PEERS", "SdpaFloatMask"]
-
-
-def _require_masks_code() -> str | None:
-    try:
-        masks = importlib.import_module("reference.masks")
-        native = importlib.import_module("backends.native")
-    except ImportError as exc:
-        return f"the masks/attention family is not on this branch: {exc}"
-    missing = [n for n in ("encoder_attention_mask", "swa_decode_mask") if not hasattr(native, n)]
-    if missing or not hasattr(masks, "additive_mask"):
-        return f"backends.native lacks {missing or ['reference.masks.additive_mask']}"
-    return None
 
 
 class SdpaFloatMask:
@@ -36,7 +22,7 @@ class SdpaFloatMask:
     name = "sdpa-float-mask"
 
     def unavailable(self, device: torch.device) -> str | None:
-        return _require_masks_code()
+        return None
 
     @staticmethod
     def _sdpa(q, k, v, allowed, scale):
