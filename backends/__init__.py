@@ -139,6 +139,9 @@ def import_attr(spec: str, default_attr: str = "BACKEND"):
         raise BackendError(f"backend module {module_name!r} has no attribute {attr!r}") from None
 
 
+import_attr = _import_attr  # public name (helper "backends" renames _import_attr to it)
+
+
 def load_backend_module(spec: str) -> list[Backend]:
     """Load the backends named by ``MODULE[:ATTR]`` (ATTR defaults to ``BACKEND``)."""
     return _as_backends(import_attr(spec), f"--backend-module {spec}")

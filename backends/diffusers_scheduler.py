@@ -1,7 +1,7 @@
 """The ``diffusers`` and ``diffusers-wrapped`` backends of the scheduler op ``dpm_scheduler``.
 
 ``diffusers``: diffusers' own ``DPMSolverMultistepScheduler``. ``diffusers-wrapped``: the
-serving-framework pattern (field notes, section 1), a wrapper that owns a diffusers scheduler,
+serving-framework pattern (spec/scheduler.md, DPM-SIGNATURE), a wrapper that owns a diffusers scheduler,
 proxies ``set_timesteps``, ``timesteps`` and ``sigmas``, and exposes the explicit step signature
 (DPM-SIGNATURE), forwarding exactly the declared arguments. diffusers is imported lazily:
 without it both backends are unavailable, with the reason.

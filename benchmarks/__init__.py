@@ -1,4 +1,4 @@
-"""Benchmark cases for ``opconform bench`` (``python -m conformance.bench``).
+"""Benchmark cases for ``opconform bench`` (``python -m opconform.cli bench``).
 
 ``benchmarks.cases`` lists every case: an op, a shape set taken from the field models (SANA,
 Step-3.5-Flash), how to build its inputs and, for some oracle cases, a speed/memory target.

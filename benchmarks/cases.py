@@ -15,7 +15,7 @@ Sizes and where they come from (assumptions are marked as such):
   input), 8 experts per token, dense MLP intermediate 11264, hidden 4096, 64 query / 8 kv
   heads of dim 128. ASSUMPTION: these are the defaults of transformers' ``Step3p7`` text
   config (the Step-3.5 family in transformers), taken to match Step-3.5-Flash.
-- Prefill attention uses the issue's oracle target shape (Hq 32, Hkv 8, D 128): one
+- Prefill attention uses the oracle target's shape (Hq 32, Hkv 8, D 128; README, Performance): one
   tensor-parallel shard of 64/8 heads on 2 ranks. Decode uses Hq 8, Hkv 1 (one rank of an
   8-way tensor-parallel split), B 64 over a 32k cache: the full 8 kv heads would need 8 GiB
   of bf16 cache (32 GiB in the float64 oracle), more than a CPU benchmark machine holds.
@@ -49,7 +49,7 @@ GIB = 1024**3
 
 @dataclass(frozen=True)
 class Target:
-    """Issue 7 item 1: what the oracle must meet at the full shape (not checked at --quick)."""
+    """An oracle target (README, Performance): what the oracle must meet at the full shape (not --quick)."""
 
     seconds: float
     peak_bytes: int | None = None
@@ -236,7 +236,7 @@ CASES: tuple[Case, ...] = (
         "encoder_attention_mask/target-b8-s4096",
         "encoder_attention_mask",
         "masks",
-        "Issue 7 oracle target: B=8, S=4096, W=4096 (SANA's), right padding",
+        "Oracle target: B=8, S=4096, W=4096 (SANA's), right padding",
         {"seq_len": 4096, "window": 4096, "batch": 8, "valid": [1000, 4096, 2500, 3000]},
         _encoder_mask,
         peer="transformers",
@@ -266,7 +266,7 @@ CASES: tuple[Case, ...] = (
         "swa_decode_mask/target-b256-128k",
         "swa_decode_mask",
         "masks",
-        "Issue 7 oracle target: B=256, kv_len=131072, W=512",
+        "Oracle target: B=256, kv_len=131072, W=512",
         {"batch": 256, "kv_len": 131072, "window": 512},
         _decode_mask,
         target=Target(seconds=1.0),
@@ -294,7 +294,7 @@ CASES: tuple[Case, ...] = (
         "prefill_attention/target-step-s4096",
         "prefill_attention",
         "attention",
-        "Issue 7 oracle target = Step-3.5 prefill: B=1, Hq=32, Hkv=8, D=128, S=4096, W=512",
+        "Oracle target = Step-3.5 prefill: B=1, Hq=32, Hkv=8, D=128, S=4096, W=512",
         {**_STEP_PREFILL, "seq_len": 4096},
         _prefill,
         peer="sdpa-float-mask",

@@ -4,30 +4,16 @@
 ``native`` backend, turned into an additive float mask (0 / -inf, in the query's dtype) and
 handed to ``F.scaled_dot_product_attention``. Its ratio to ``native`` (SDPA with the bool mask)
 is the cost of the float mask. It follows the backend protocol, so the bench treats it like one.
-Everything it needs from the masks family is imported lazily: without that code on the branch
+Everything it needs from the masks family is imported lazily: without that code importable
 it is a skip with the reason.
 """
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 import torch.nn.functional as F
 
 __all__ = ["PEERS", "SdpaFloatMask"]
-
-
-def _require_masks_code() -> str | None:
-    try:
-        masks = importlib.import_module("reference.masks")
-        native = importlib.import_module("backends.native")
-    except ImportError as exc:
-        return f"the masks/attention family is not on this branch: {exc}"
-    missing = [n for n in ("encoder_attention_mask", "swa_decode_mask") if not hasattr(native, n)]
-    if missing or not hasattr(masks, "additive_mask"):
-        return f"backends.native lacks {missing or ['reference.masks.additive_mask']}"
-    return None
 
 
 class SdpaFloatMask:
@@ -36,7 +22,7 @@ class SdpaFloatMask:
     name = "sdpa-float-mask"
 
     def unavailable(self, device: torch.device) -> str | None:
-        return _require_masks_code()
+        return None
 
     @staticmethod
     def _sdpa(q, k, v, allowed, scale):

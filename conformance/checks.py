@@ -6,22 +6,17 @@ relative error with their positions, and one command line that reruns just that 
 
 from __future__ import annotations
 
-import os
-import shlex
-
 import torch
 
 from conformance.tolerances import Tolerance, tolerance
-
-# Set by the plugin at configure time: the options a rerun must repeat (backend modules, ...).
-RERUN_OPTIONS: list[str] = []
 
 
 class ConformanceError(AssertionError):
     """A backend broke a clause. ``clause`` is the clause ID; the message starts with it.
 
-    The other attributes are the structured facts the results report records: the rerun
-    command and, for numeric comparisons, the dtype and the largest absolute/relative error.
+    The other attributes are the structured facts the results report records: for numeric
+    comparisons, the dtype and the largest absolute/relative error (the plugin adds the rerun
+    command to the report, conformance.rerun).
     """
 
     def __init__(
@@ -33,19 +28,11 @@ class ConformanceError(AssertionError):
         max_abs_error: float | None = None,
         max_rel_error: float | None = None,
     ):
-        self.rerun = rerun_command()
-        super().__init__(f"[{clause}] {message}\n  rerun: {self.rerun}")
+        super().__init__(f"[{clause}] {message}")
         self.clause = clause
         self.dtype = dtype
         self.max_abs_error = max_abs_error
         self.max_rel_error = max_rel_error
-
-
-def rerun_command() -> str:
-    """A command line that reruns the current test only (the failing Hypothesis example is
-    replayed from the example database, or use the @reproduce_failure blob printed with it)."""
-    current = os.environ.get("PYTEST_CURRENT_TEST", "<node id>").rsplit(" (", 1)[0]
-    return shlex.join(["python", "-m", "pytest", current, "-p", "no:xdist", *RERUN_OPTIONS])
 
 
 def describe(backend, device, op: str, **inputs) -> str:

@@ -14,13 +14,7 @@ package is not installed.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import shlex
-import sys
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -28,15 +22,9 @@ import torch
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 import backends as registry
-from conformance import checks, spec_index
 from conformance import expectations as manifests
+from conformance import recorder, rerun, spec_index
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, present_devices
-
-NOT_IMPLEMENTED = "not implemented"
-EXPECTED_FAILURE = "expected failure"
-JSON_SCHEMA = "opconform-results"
-# 2: dtype, failure details (largest error, rerun), expectations, clause index, environment.
-JSON_SCHEMA_VERSION = 2
 
 # Hypothesis profiles. "ci" is chosen when the CI environment variable is set; derandomize makes
 # a serial run and `-n auto` draw identical examples.
@@ -165,12 +153,12 @@ def pytest_configure(config):
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
     config._opconform_backends = _select_backends(config)
     config._opconform_devices = _select_devices(config)
-    rerun = [f"--backend-module={spec}" for spec in config.getoption("backend_module")]
-    rerun += [f"--hypothesis-profile={settings._current_profile}"]
-    seed = config.getoption("hypothesis_seed", None)
-    if seed is not None:
-        rerun.append(f"--hypothesis-seed={seed}")
-    checks.RERUN_OPTIONS[:] = rerun
+    config.stash[rerun.OPTIONS] = rerun.rerun_options(
+        backend_modules=config.getoption("backend_module"),
+        expectations=config.getoption("opconform_expectations"),
+        profile=settings._current_profile,
+        seed=config.getoption("hypothesis_seed", None),
+    )
     try:
         config._opconform_clauses = spec_index.load_clauses()
         builtin = manifests.builtin_manifest_dir()
@@ -183,7 +171,7 @@ def pytest_configure(config):
     except (OSError, ValueError) as exc:  # a missing spec, a bad spec or a bad manifest
         raise pytest.UsageError(str(exc)) from exc
     if not hasattr(config, "workerinput"):
-        config.pluginmanager.register(ResultsRecorder(config), "opconform-results")
+        config.pluginmanager.register(recorder.ResultsRecorder(config), "opconform-results")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -240,104 +228,12 @@ def pytest_pycollect_makeitem(collector, name, obj):
     return result
 
 
-def _dtype_name(dtype) -> str | None:
-    if isinstance(dtype, torch.dtype):
-        return str(dtype).removeprefix("torch.")
-    return dtype if isinstance(dtype, str) else None
-
-
-def _case_info(item) -> dict:
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    backend, device = params.get("backend"), params.get("device")
-    clauses = [c for mark in item.iter_markers("clause") for c in mark.args]
-    op_mark = item.get_closest_marker("op")
-    info = {
-        "backend": getattr(backend, "name", None),
-        "device": getattr(device, "type", None),
-        "op": op_mark.args[0] if op_mark else None,
-        "clauses": clauses,
-        # Known when the test is parametrized by dtype; Hypothesis tests draw it per example.
-        "dtype": _dtype_name(params.get("dtype")),
-    }
-    # Every entry that may apply (also "maybe": same but for an unknown dtype), for staleness.
-    info["expectations"] = [e.id for e in _matching(item.config, item.nodeid, info, "yes", "maybe")]
-    return info
-
-
-def _matching(config, nodeid: str, info: dict, *verdicts: str) -> list:
-    return [
-        entry
-        for entry in config._opconform_expectations
-        if entry.matches(
-            nodeid=nodeid,
-            backend=info["backend"],
-            device=info["device"],
-            clauses=info["clauses"],
-            dtype=info["dtype"],
-        )
-        in verdicts
-    ]
-
-
-def _conformance_error(exc: BaseException | None):
-    """The first ConformanceError in ``exc``, its exception groups, causes and contexts."""
-    seen, stack = set(), [exc]
-    while stack:
-        current = stack.pop(0)
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, checks.ConformanceError):
-            return current
-        stack.extend(getattr(current, "exceptions", ()))
-        stack.extend([current.__cause__, current.__context__])
-    return None
-
-
-def _rerun_for(nodeid: str) -> str:
-    return shlex.join(["python", "-m", "pytest", nodeid, "-p", "no:xdist", *checks.RERUN_OPTIONS])
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """Attach failure facts and apply the expectations manifests to the call report."""
     report = yield
-    info = dict(item.user_properties).get("opconform")
-    if info is None or call.when != "call" or report.skipped:
-        return report
-    case: dict = {}
-    info = dict(info)
-    if report.failed:
-        error = _conformance_error(call.excinfo.value if call.excinfo else None)
-        if error is not None and info["dtype"] is None:
-            info["dtype"] = case["dtype"] = _dtype_name(error.dtype)
-        case["failure"] = {
-            "clause": getattr(error, "clause", None),
-            "dtype": _dtype_name(getattr(error, "dtype", None)) or info["dtype"],
-            "largest_abs_error": getattr(error, "max_abs_error", None),
-            "largest_rel_error": getattr(error, "max_rel_error", None),
-            "rerun": getattr(error, "rerun", None) or _rerun_for(item.nodeid),
-        }
-    entries = _matching(item.config, item.nodeid, info, "yes")
-    if entries:
-        largest = case.get("failure", {}).get("largest_abs_error")
-        verdict, entry = manifests.judge(entries, outcome=report.outcome, largest_error=largest)
-        case["expectation"] = {"id": entry.id, "reason": entry.reason, "verdict": verdict}
-        label = f"{entry.reason} ({entry.id})" + (f": {entry.note}" if entry.note else "")
-        if verdict == "expected" and entry.reason == "unsupported":
-            report.outcome = "skipped"
-            report.longrepr = (str(item.path), item.location[1] + 1, f"Skipped: {label}")
-        elif verdict == "expected":
-            report.outcome = "skipped"
-            report.wasxfail = label
-        elif verdict == "exceeds bound":
-            report.sections.append(
-                (
-                    "opconform expectations",
-                    f"{label}: largest error {largest:.3g} exceeds bound {entry.bound:g}",
-                )
-            )
-    report.user_properties = [*report.user_properties, ("opconform_case", case)]
+    if call.when == "call" and not report.skipped and recorder.INFO in dict(item.user_properties):
+        recorder.record_call(item, call, report)
     return report
 
 
@@ -346,17 +242,17 @@ def pytest_runtest_setup(item):
     backend, device = params.get("backend"), params.get("device")
     if backend is not None or item.get_closest_marker("clause"):
         # user_properties travel with every report, also from xdist workers to the recorder.
-        item.user_properties.append(("opconform", _case_info(item)))
+        item.user_properties.append((recorder.INFO, recorder.case_info(item)))
     if device is not None:
         reason = absent_reason(device.type)
         if reason:
             pytest.skip(f"device {device.type}: {reason}")
     if backend is None:
         return
-    info = dict(item.user_properties).get("opconform", {})
-    for entry in _matching(item.config, item.nodeid, info, "yes") if info else ():
-        if entry.reason == "unsupported":
-            pytest.skip(f"unsupported ({entry.id})" + (f": {entry.note}" if entry.note else ""))
+    info = dict(item.user_properties).get(recorder.INFO)
+    label = recorder.unsupported_entry(item, info) if info else None
+    if label:
+        pytest.skip(label)
     if device is not None:
         reason = backend.unavailable(device)
         if reason:
@@ -366,105 +262,3 @@ def pytest_runtest_setup(item):
         reason = registry.not_implemented_reason(backend, op_mark.args[0])
         if reason:
             pytest.skip(reason)
-
-
-class ResultsRecorder:
-    """Collects each case's outcome on the controlling process (xdist workers forward reports)."""
-
-    def __init__(self, config):
-        self.config = config
-        self.results: list[dict] = []
-        self.started = time.time()
-
-    def pytest_runtest_logreport(self, report):
-        properties = dict(report.user_properties)
-        info = properties.get("opconform")
-        if info is None:
-            return
-        if report.when != "call" and not (report.failed or (report.when == "setup" and report.skipped)):
-            return
-        entry = {
-            "nodeid": report.nodeid,
-            "when": report.when,
-            "outcome": report.outcome,
-            "duration": round(report.duration, 6),
-            "start": round(getattr(report, "start", 0.0), 6),  # orders cases in execution order
-            **info,
-            **properties.get("opconform_case", {}),
-        }
-        if hasattr(report, "wasxfail") and report.skipped:
-            entry["outcome"] = EXPECTED_FAILURE
-            entry["reason"] = report.wasxfail
-            entry["message"] = report.longreprtext[-4000:]
-        elif report.skipped:
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-            entry["reason"] = reason.removeprefix("Skipped: ")
-            if entry["reason"].startswith(NOT_IMPLEMENTED):
-                entry["outcome"] = NOT_IMPLEMENTED
-        elif report.failed:
-            entry["message"] = report.longreprtext[-4000:]
-            entry.setdefault("failure", {"rerun": _rerun_for(report.nodeid)})
-        self.results.append(entry)
-
-    def expectation_status(self) -> list[dict]:
-        """Each manifest entry with its status in this run: used, unexpected pass, stale, not applicable."""
-        matched: dict[str, list[str]] = {}
-        for result in self.results:
-            for entry_id in result.get("expectations", ()):
-                matched.setdefault(entry_id, [])
-            verdict = result.get("expectation")
-            if verdict:
-                matched.setdefault(verdict["id"], []).append(verdict["verdict"])
-            reason = result.get("reason") or ""
-            if reason.startswith("unsupported ("):  # skipped at setup by an unsupported entry
-                matched.setdefault(reason[len("unsupported (") :].split(")", 1)[0], []).append("expected")
-        backends = {b.name for b in self.config._opconform_backends}
-        devices = set(self.config._opconform_devices)
-        status = []
-        for entry in self.config._opconform_expectations:
-            data = entry.as_dict()
-            verdicts = matched.get(entry.id)
-            if entry.backend not in backends or (entry.device and entry.device not in devices):
-                data["status"] = "not applicable"
-            elif verdicts is None:
-                data["status"] = "stale"
-            elif "unexpected pass" in verdicts and not {"expected", "exceeds bound"} & set(verdicts):
-                data["status"] = "unexpected pass"
-            elif verdicts:
-                data["status"] = "used"
-            else:  # matched cases that passed with a dtype the entry may not cover
-                data["status"] = "matched"
-            status.append(data)
-        return status
-
-    def document(self, exitstatus: int) -> dict:
-        from hypothesis import __version__ as hypothesis_version
-
-        clauses = self.config._opconform_clauses
-        return {
-            "schema": JSON_SCHEMA,
-            "version": JSON_SCHEMA_VERSION,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "host": platform.node(),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-            "torch": torch.__version__,
-            "hypothesis": hypothesis_version,
-            "profile": settings._current_profile,
-            "args": list(self.config.invocation_params.args),
-            "backends": [b.name for b in self.config._opconform_backends],
-            "devices": self.config._opconform_devices,
-            "duration": round(time.time() - self.started, 3),
-            "exitstatus": int(exitstatus),
-            "clauses": {
-                c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()
-            },
-            "expectations": self.expectation_status(),
-            "results": sorted(self.results, key=lambda e: (e["nodeid"], e["when"])),
-        }
-
-    def pytest_sessionfinish(self, session, exitstatus):
-        path = self.config.getoption("opconform_json")
-        if path:
-            with open(path, "w", encoding="utf-8") as handle:
-                json.dump(self.document(exitstatus), handle, indent=1)

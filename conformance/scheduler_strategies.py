@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from reference import scheduler as oracle
 
 MODEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# SANA's scheduler (field notes, section 3): everything else at diffusers' defaults.
+# SANA's scheduler (spec/scheduler.md, DPM-CONFIG): everything else at diffusers' defaults.
 SANA_CONFIG = {"flow_shift": 3.0, "use_flow_sigmas": True, "prediction_type": "flow_prediction"}
 SANA_STEPS = 20
 SDE = "sde-dpmsolver++"

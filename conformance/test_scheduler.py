@@ -148,7 +148,7 @@ def test_timesteps_and_sigmas_match_oracle(backend, device, config, steps):
 
 
 def filter_step_kwargs(step, kwargs: dict) -> dict:
-    """The serving-framework caller (field notes, section 1): keep the keywords ``step`` declares;
+    """The serving-framework caller (spec/scheduler.md, DPM-SIGNATURE): keep the keywords ``step`` declares;
     a ``**kwargs`` in its signature is taken to accept every keyword."""
     parameters = inspect.signature(step).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):

@@ -52,7 +52,7 @@ def tolerance(family: str, dtype: torch.dtype) -> Tolerance:
         raise ValueError(f"no {family} tolerance for dtype {dtype}; known: {list(table)}") from None
 
 
-# The scheduler family (spec/tolerances.md, DPM-TOL). A step rounds its output once to the model
+# The scheduler family (spec/scheduler.md, DPM-TOL). A step rounds its output once to the model
 # dtype; float32 rows also absorb diffusers' float32 schedule (sigma_min has relative error up to
 # 1.5e-4 from 1 - abar_0 = beta_start formed in float32). On top of the table, the absolute term
 # grows by DPM_CONVERSION_ROUNDINGS * eps/2 * sum_j |c_j| g_j: the data prediction may be formed in

@@ -3,6 +3,6 @@
 Every mutant is loaded the way a user's backend is (``--backend-module mutants.FAMILY:BACKENDS``)
 and carries ``clauses``: the clause IDs of which at least one must fail for it. Its class
 docstring says what the bug is and where such a bug comes from. One module per op family;
-each exposes ``BACKENDS``. tests/test_wrong_*.py prove each one is caught, through the real
+each exposes ``BACKENDS``. tests/test_mutants.py proves each one is caught, through the real
 pytest entry point, with the clause named.
 """

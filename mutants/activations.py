@@ -1,4 +1,4 @@
-"""Activation mutants: the field's regressions (field notes, sections 1 and 3) and their neighbours.
+"""Activation mutants: the field's regressions (spec/activations.md, Sources) and their neighbours.
 
 Each class is one realistic bug in an otherwise correct backend (the native or the emulated
 Ascend adapter); its docstring says what the bug is and where such bugs come from, and
@@ -29,7 +29,7 @@ class _AscendMutant(AscendBackend):
 class GegluFlagSwapped(_AscendMutant):
     """npu_geglu's approximate flag mapped backwards: "tanh" -> 0, "none" -> 1.
 
-    Origin: a C header comment that states the mapping reversed (field notes, section 3).
+    Origin: a C header comment that states the mapping reversed (spec/ascend.md, CANN-GEGLU).
     Caught by: ACT-GEGLU-MODES, ACT-GEGLU-NPU-ARGS.
     """
 
@@ -184,7 +184,7 @@ class UpClampedOneSide(_StepMutant):
 class LimitIgnored(_StepMutant):
     """The clamp is missing altogether.
 
-    Origin: the Step-3.5 NPU path before the fix (field notes, section 1).
+    Origin: the Step-3.5 NPU path before the fix (spec/activations.md, ACT-SWIGLU-STEP).
     Caught by: ACT-SWIGLU-STEP, ACT-SWIGLU-STEP-BOUND.
     """
 
@@ -198,7 +198,7 @@ class LimitIgnored(_StepMutant):
 class DefaultLimitSeven(_StepMutant):
     """A silent default: limit None treated as 7.0.
 
-    Origin: the NPU helper's default of 7.0 (field notes, section 1).
+    Origin: the NPU helper's default of 7.0 (spec/activations.md, ACT-SWIGLU-STEP-NO-LIMIT).
     Caught by: ACT-SWIGLU-STEP-NO-LIMIT.
     """
 

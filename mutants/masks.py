@@ -1,4 +1,4 @@
-"""Mask and attention mutants: the field's window, polarity, dtype and scale bugs (field notes, 1-3)."""
+"""Mask and attention mutants: the field's window, polarity, dtype and scale bugs (spec/masks.md, Sources)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class _WrongNative(NativeBackend):
 class WindowOnFutureSide(_WrongNative):
     """The window removes keys j - i > W, which causality already removed: a no-op.
 
-    Origin: the Gemma2 encoder on NPU (field notes, section 2); invisible while S <= W.
+    Origin: the Gemma2 encoder on NPU (spec/masks.md, MASK-ENC); invisible while S <= W.
     Caught by: ATTN-PREFILL, MASK-ENC.
     """
 
@@ -65,7 +65,7 @@ class WindowOnFutureSide(_WrongNative):
 class PreTokensEqualsWindow(_WrongAscend):
     """FIA prefill with pre_tokens = W: W + 1 keys, one more than decode and HF.
 
-    Origin: the Step-3.5 Ascend prefill (field notes, section 2).
+    Origin: the Step-3.5 Ascend prefill (spec/masks.md, WINDOW-CONV).
     Caught by: ATTN-PREFILL, PREFILL-DECODE, WINDOW-CONV.
     """
 
@@ -82,7 +82,7 @@ class DecodeReliesOnPreTokens(_WrongAscend):
     """Decode passes sparse_mode=4 and pre_tokens = W - 1 but no explicit mask: for query
     length 1 FIA ignores both, so the window is lost at decode.
 
-    Origin: the Step-3.5 decode path before the fix (field notes, sections 1 and 3).
+    Origin: the Step-3.5 decode path before the fix (spec/ascend.md, CANN-FIA-DECODE).
     Caught by: ATTN-DECODE, PREFILL-DECODE.
     """
 
@@ -100,7 +100,7 @@ class DecodeReliesOnPreTokens(_WrongAscend):
 class DecodeMaskPolarityInverted(_WrongAscend):
     """The decode mask built with the SDPA polarity (True = visible) and handed to FIA.
 
-    Origin: the two polarities of field notes, section 2.
+    Origin: the two mask polarities (spec/ascend.md, CANN-FIA-MASK).
     Caught by: ATTN-DECODE, MASK-SWA-DECODE.
     """
 
@@ -113,7 +113,7 @@ class DecodeMaskPolarityInverted(_WrongAscend):
 class Float32AdditiveMask(_WrongNative):
     """The encoder mask as a float32 0/-inf additive mask, whatever the query dtype.
 
-    Origin: the SANA Gemma2 encoder on NPU (field notes, section 1).
+    Origin: the SANA Gemma2 encoder on NPU (spec/masks.md, MASK-DTYPE).
     Caught by: ATTN-FLOAT-MASK, MASK-DTYPE.
     """
 
@@ -151,7 +151,7 @@ class PaddingOnQueries(_WrongNative):
 class ScaleLeftAtOpDefault(_WrongAscend):
     """FIA called without scale: the op default 1.0 instead of 1/sqrt(D).
 
-    Origin: FIA's documented default (field notes, section 3).
+    Origin: FIA's documented default (spec/ascend.md, CANN-FIA).
     Caught by: ATTN-DECODE, ATTN-PREFILL, ATTN-SCALE.
     """
 

@@ -1,4 +1,4 @@
-"""Scheduler mutants: the SANA scheduler regression (field notes, section 1) and its neighbours.
+"""Scheduler mutants: the SANA scheduler regression (spec/scheduler.md, DPM-SIGNATURE) and its neighbours.
 
 Each is a serving-framework port: a wrapper around a DPM-Solver++ implementation (here the
 float64 oracle, cast to the model dtype, so the only defect is the one described) that gets one
@@ -45,7 +45,7 @@ class KwargsWrapper(PortedScheduler):
     """step(model_output, timestep, sample, **kwargs) forwarding every keyword to the inner scheduler.
 
     Origin: the SANA GPU wrapper; a caller filtering by inspect.signature passed `eta` through and
-    the inner step raised TypeError (field notes, section 1).
+    the inner step raised TypeError (spec/scheduler.md, DPM-SIGNATURE).
     Caught by: DPM-SIGNATURE.
     """
 

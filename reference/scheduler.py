@@ -2,7 +2,7 @@
 
 ``DPMSolverMultistep`` is written from the DPM-Solver++ formulas (Lu et al. 2022, "DPM-Solver++:
 Fast Solver for Guided Sampling of Diffusion Probabilistic Models", arXiv 2211.01095, and the
-field notes, section 3), not from diffusers' code: the self-tests compare it with diffusers'
+spec/scheduler.md, DPM-TRAJ), not from diffusers' code: the self-tests compare it with diffusers'
 ``DPMSolverMultistepScheduler`` as an independent peer. Everything is computed in float64 on
 the CPU; ``step`` returns float64 on the model output's device.
 """

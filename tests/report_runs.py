@@ -57,7 +57,7 @@ def _env() -> dict:
 
 
 def opconform(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "conformance.cli", *args]
+    command = [sys.executable, "-m", "opconform.cli", *args]
     return subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
 
 
@@ -69,7 +69,7 @@ def _produce(root: Path) -> dict:
     procs = {}
     # The two runs are independent: run them side by side (most of each is importing torch).
     for name, extra in (("declared", ["--expectations", str(manifest)]), ("undeclared", [])):
-        command = [sys.executable, "-m", "conformance.cli", "run", *common, *extra, "--out", str(root / name),
+        command = [sys.executable, "-m", "opconform.cli", "run", *common, *extra, "--out", str(root / name),
                    "--", "-k", SELECTION]  # fmt: skip
         procs[name] = subprocess.Popen(
             command, cwd=root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

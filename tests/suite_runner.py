@@ -13,6 +13,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from conformance import results
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -46,13 +48,11 @@ def run_suite(
 
 
 def failed_clauses(document: dict) -> dict[str, set[str]]:
-    """backend name -> the clause IDs named (``[ID]``) in its failure messages."""
+    """backend name -> the clauses its failures broke (``failure.clause`` in the results)."""
     named: dict[str, set[str]] = defaultdict(set)
-    for entry in document["results"]:
-        if entry["outcome"] == "failed":
-            for clause in entry["clauses"]:
-                if f"[{clause}]" in entry.get("message", ""):
-                    named[entry["backend"]].add(clause)
+    for case in results.Document.from_dict(document).results:
+        if case.outcome == results.Outcome.FAILED and case.failure and case.failure.clause:
+            named[case.backend].add(case.failure.clause)
     return named
 
 

@@ -6,30 +6,55 @@ import json
 
 import pytest
 
-from conformance import cli
+from opconform import cli
+from opconform.commands import run as run_command
 
 
 def _args(*argv: str):
-    return cli.build_parser().parse_args(["run", *argv])
+    return cli.build_parser("run").parse_args(["run", *argv])
 
 
 def test_subcommands_come_from_the_table():
-    """run, merge and diff are registered; each table entry resolves to a Command."""
-    assert {"run", "merge", "diff"} <= set(cli.COMMANDS)
-    for target in cli.COMMANDS.values():
-        assert isinstance(cli._resolve(target), cli.Command)
+    """Each table entry is a module with HELP, add_arguments and run."""
+    assert {"run", "merge", "diff", "mutants", "bench"} <= set(cli.COMMANDS)
+    for name in cli.COMMANDS:
+        module = cli.load_command(name)
+        assert module.HELP and callable(module.add_arguments) and callable(module.run)
+
+
+TORCHLESS = (
+    "import sys; sys.modules['torch'] = None; from opconform.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def test_help_merge_and_diff_run_without_torch(tmp_path):
+    """--help, merge and diff import no torch: they run where `import torch` fails."""
+    import subprocess
+    import sys
+
+    document = {"schema": "opconform-results", "version": 2, "results": [
+        {"nodeid": "t.py::test_x[native-cpu]", "outcome": "passed", "clauses": ["C"]}]}  # fmt: skip
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(document))
+    for argv, code, words in (
+        (["--help"], 0, "merge"),
+        (["merge", str(report), str(report)], 0, "2 pass"),
+        (["diff", str(report), str(report)], 0, "no changes"),
+    ):
+        proc = subprocess.run([sys.executable, "-c", TORCHLESS, *argv], capture_output=True, text=True)
+        assert proc.returncode == code and words in proc.stdout, (argv, proc.stdout, proc.stderr)
 
 
 def test_run_passes_options_and_pytest_args_through(tmp_path):
     """--backend/--device/--backend-module/--profile/-n and args after -- reach pytest."""
     args = _args("--backend", "native", "--device", "cpu", "--backend-module", "m:B", "--profile", "thorough",
                  "-n", "2", "--", "-k", "geglu", "-x")  # fmt: skip
-    command = cli.pytest_command(args, tmp_path / "r.json")
+    command = run_command.pytest_command(args, tmp_path / "r.json")
     assert command[1:5] == ["-m", "pytest", "--pyargs", "conformance"]
     expected = ["--backend=native", "--device=cpu", "--backend-module=m:B", "--hypothesis-profile=thorough"]
     assert set(expected + [f"--opconform-json={tmp_path / 'r.json'}"]) <= set(command)
     assert command[-5:] == ["-n", "2", "-k", "geglu", "-x"]
-    assert "no:xdist" in cli.pytest_command(_args(), tmp_path / "r.json")
+    assert "no:xdist" in run_command.pytest_command(_args(), tmp_path / "r.json")
 
 
 def test_bad_profile_is_a_usage_error(capsys):
@@ -85,8 +110,8 @@ def test_run_loads_the_plugin_by_name_from_an_uninstalled_checkout(tmp_path, mon
     Found on the first CUDA host run: started outside the checkout, pytest loaded neither the entry
     point nor the checkout's conftest.py, so no report was written.
     """
-    monkeypatch.setattr(cli, "plugin_registered", lambda: False)
-    command = cli.pytest_command(_args(), tmp_path / "r.json")
+    monkeypatch.setattr(run_command, "plugin_registered", lambda: False)
+    command = run_command.pytest_command(_args(), tmp_path / "r.json")
     assert command[command.index("conformance.plugin") - 1] == "-p"
-    monkeypatch.setattr(cli, "plugin_registered", lambda: True)
-    assert "conformance.plugin" not in cli.pytest_command(_args(), tmp_path / "r.json")
+    monkeypatch.setattr(run_command, "plugin_registered", lambda: True)
+    assert "conformance.plugin" not in run_command.pytest_command(_args(), tmp_path / "r.json")

@@ -1,6 +1,6 @@
 """The mutant catalogue: every mutant is caught, through the real entry point, by a clause it names.
 
-Each family's mutants run in one pytest subprocess (conformance.mutation.run_batch, the runner of
+Each family's mutants run in one pytest subprocess (opconform.mutation.run_batch, the runner of
 `opconform mutants`) in the ci profile's examples, restricted with --focus-declared-clauses to the
 properties of each mutant's declared clauses (the full kill matrix is `opconform mutants`).
 """
@@ -11,7 +11,8 @@ import importlib
 
 import pytest
 
-from conformance import mutation, spec_index
+from conformance import spec_index
+from opconform import mutation
 
 FAMILIES = [name.split(".", 1)[1] for name in mutation.families()]
 
@@ -36,7 +37,7 @@ def test_catalogue_is_documented():
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_mutant_is_killed_by_a_declared_clause(family, tmp_path):
-    """One subprocess per family: each mutant fails, and a failure message names one of its clauses."""
+    """One subprocess per family: each mutant fails, and a failure breaks one of its clauses."""
     document = mutation.run_batch(f"mutants.{family}", profile="ci-noshrink", workdir=tmp_path,
                                   extra=["--focus-declared-clauses"])  # fmt: skip
     verdicts = mutation.verdicts(f"mutants.{family}", document)

@@ -1,4 +1,4 @@
-"""The torch_npu emulator against the documented op semantics (field notes, section 3)."""
+"""The torch_npu emulator against the documented op semantics (spec/ascend.md, CANN-GEGLU, CANN-SWIGLU)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The FIA emulator follows the documented semantics (field notes, section 3)."""
+"""The FIA emulator follows the documented semantics (spec/ascend.md, CANN-FIA, CANN-FIA-SPARSE)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from report_runs import opconform, shared_reports
 
-from conformance import render, report
+from opconform import render, report
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,11 @@ def test_unexpected_pass_stale_and_unsupported_entries(declared):
     assert report.case_state(swiglu) == report.XPASS
     (step,) = _cases(declared, "deviating", "test_swiglu_step_matches_oracle")
     assert step["outcome"] == "skipped" and step["reason"].startswith("unsupported (")
+    assert step["expectation"] == {
+        "id": step["reason"][len("unsupported (") :].split(")")[0],
+        "reason": "unsupported",
+        "verdict": "expected",
+    }
     text = render.text(declared)
     assert "unexpected pass of ACT-SWIGLU: remove this entry" in text and "stale" in text
 

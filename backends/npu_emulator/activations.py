@@ -1,4 +1,4 @@
-"""Emulated ``torch_npu.npu_geglu`` and ``torch_npu.npu_swiglu`` (field notes, section 3).
+"""Emulated ``torch_npu.npu_geglu`` and ``torch_npu.npu_swiglu`` (spec/ascend.md, CANN-GEGLU, CANN-SWIGLU).
 
 - ``npu_geglu(x, dim=-1, approximate=1, activate_left=False) -> (y, gelu_part)``:
   approximate 0 = erf ("none"), 1 = tanh; activate_left=True gives gelu(left) * right, the

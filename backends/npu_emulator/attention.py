@@ -1,4 +1,4 @@
-"""Emulated ``torch_npu.npu_fused_infer_attention_score`` (FIA), as documented (field notes, section 3).
+"""Emulated ``torch_npu.npu_fused_infer_attention_score`` (FIA), as documented (spec/ascend.md, CANN-FIA).
 
     npu_fused_infer_attention_score(query, key, value, *, atten_mask=None,
         actual_seq_lengths=None, actual_seq_lengths_kv=None, num_heads=1, scale=1.0,

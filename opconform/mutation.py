@@ -5,26 +5,25 @@ Each module of the ``mutants`` package is one batch: its ``BACKENDS`` are loaded
 family's properties (``PROPERTIES``, module names under ``conformance``) in the ``ci-noshrink``
 profile: the ``ci`` profile's examples and verdicts, without shrinking. Batches run in parallel.
 A mutant is *killed* when at least one case fails; the kill is *right* when one of the clauses
-named in its failure messages is one of the mutant's ``clauses``. The time to kill is the sum of
-the mutant's own case durations, in execution order, up to and including its first failure:
-what a run of that mutant alone with ``-x`` would take, startup excluded.
+its failures broke (``failure.clause`` in the results) is one of the mutant's ``clauses``. The
+time to kill is the sum of the mutant's own case durations, in execution order, up to and
+including its first failure: what a run of that mutant alone with ``-x`` would take, startup excluded.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import json
 import os
 import pkgutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from conformance import results
+from conformance.results import Outcome
 
 SCHEMA_VERSION = 1
 
@@ -48,7 +47,7 @@ def families(package: str = "mutants") -> list[str]:
     return [f"{package}.{m.name}" for m in pkgutil.iter_modules(root.__path__) if not m.name.startswith("_")]
 
 
-def run_batch(module_name: str, *, profile: str, workdir: Path, extra: list[str]) -> dict:
+def run_batch(module_name: str, *, profile: str, workdir: Path, extra: list[str]) -> results.Document:
     """One pytest process for one mutant module; returns its --opconform-json document."""
     module = importlib.import_module(module_name)
     report = workdir / f"{module_name}.json"
@@ -65,15 +64,15 @@ def run_batch(module_name: str, *, profile: str, workdir: Path, extra: list[str]
             f"{module_name}: pytest wrote no results (exit {proc.returncode}):\n"
             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
         )
-    document = json.loads(report.read_text())
-    document["wall_seconds"] = round(time.monotonic() - started, 2)
+    document = results.load(report)
+    document.meta["wall_seconds"] = round(time.monotonic() - started, 2)
     return document
 
 
-def verdicts(module_name: str, document: dict) -> list[Verdict]:
+def verdicts(module_name: str, document: results.Document) -> list[Verdict]:
     module = importlib.import_module(module_name)
     family = module_name.rsplit(".", 1)[-1]
-    entries = sorted(document["results"], key=lambda e: (e.get("start") or 0, e["nodeid"]))
+    cases = sorted(document.results, key=lambda c: (c.start, c.nodeid))
     out = []
     for mutant in module.BACKENDS:
         verdict = Verdict(
@@ -83,12 +82,12 @@ def verdicts(module_name: str, document: dict) -> list[Verdict]:
             expected=sorted(mutant.clauses),
         )
         elapsed = 0.0
-        for entry in (e for e in entries if e["backend"] == mutant.name):
+        for case in (c for c in cases if c.backend == mutant.name):
             verdict.cases += 1
-            elapsed += entry.get("duration", 0.0)
-            if entry["outcome"] != "failed":
+            elapsed += case.duration
+            if case.outcome != Outcome.FAILED:
                 continue
-            named = [c for c in entry["clauses"] if f"[{c}]" in entry.get("message", "")]
+            named = [case.failure.clause] if case.failure and case.failure.clause else []
             if not verdict.killed:
                 verdict.killed, verdict.seconds_to_kill = True, round(elapsed, 3)
             verdict.killing_clauses = sorted(set(verdict.killing_clauses) | set(named))
@@ -113,12 +112,12 @@ def false_alarm_sweep(seeds: int, *, workdir: Path, workers: str, extra: list[st
             raise RuntimeError(
                 f"seed {seed}: pytest wrote no results (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
             )
-        results = json.loads(report.read_text())["results"]
-        failed = [e["nodeid"] for e in results if e["outcome"] == "failed"]
+        cases = results.load(report).results
+        failed = [c.nodeid for c in cases if c.outcome == Outcome.FAILED]
         failures += [{"seed": seed, "nodeid": nodeid} for nodeid in failed]
-        runs.append({"seed": seed, "cases": len(results), "failed": len(failed),
+        runs.append({"seed": seed, "cases": len(cases), "failed": len(failed),
                      "seconds": round(time.monotonic() - started, 1)})  # fmt: skip
-        print(f"seed {seed}: {len(results)} cases, {len(failed)} failed, {runs[-1]['seconds']} s", flush=True)
+        print(f"seed {seed}: {len(cases)} cases, {len(failed)} failed, {runs[-1]['seconds']} s", flush=True)
     return {"seeds": seeds, "runs": runs, "failures": failures}
 
 
@@ -156,95 +155,3 @@ def markdown(all_verdicts: list[Verdict], totals: dict) -> str:
         f"{totals['median_seconds_to_kill']} s, worst {totals['worst_seconds_to_kill']} s."
     )
     return "\n".join(lines) + "\n"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--family",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="mutant module to run, e.g. activations (repeatable; default: all)",
-    )
-    parser.add_argument("--profile", default="ci-noshrink", help="Hypothesis profile (default: %(default)s)")
-    parser.add_argument(
-        "--jobs",
-        "-j",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="parallel pytest processes (default: the CPU count)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("opconform-report"),
-        help="where kill-matrix.json and kill-matrix.md go (default: %(default)s)",
-    )
-    parser.add_argument("--false-alarm-seeds", type=int, default=0, metavar="N",
-                        help="also run the built-in backends under N Hypothesis seeds and report every "
-                        "failure as a false alarm (slow: one whole conformance run per seed)")  # fmt: skip
-    parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.jobs < 1:
-        raise SystemExit(f"opconform mutants: --jobs must be >= 1, got {args.jobs}")
-    if args.false_alarm_seeds < 0:
-        raise SystemExit(f"opconform mutants: --false-alarm-seeds must be >= 0, got {args.false_alarm_seeds}")
-    known = families()
-    selected = [f"mutants.{name}" for name in args.family] or known
-    unknown = [name for name in selected if name not in known]
-    if unknown:
-        names = [k.split(".", 1)[1] for k in known]
-        raise SystemExit(f"opconform mutants: --family: unknown {unknown}; known: {names}")
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        batches = pool.map(lambda name: run_batch(name, profile=args.profile, workdir=Path(tmp),
-                                                  extra=args.pytest_args), selected)  # fmt: skip
-        documents = dict(zip(selected, batches, strict=True))
-        sweep = None
-        if args.false_alarm_seeds:
-            sweep = false_alarm_sweep(args.false_alarm_seeds, workdir=Path(tmp), workers=str(args.jobs),
-                                      extra=args.pytest_args)  # fmt: skip
-    all_verdicts = [v for name in selected for v in verdicts(name, documents[name])]
-    totals = summary(all_verdicts) | {
-        "wall_seconds": round(time.monotonic() - started, 2),
-        "profile": args.profile,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    document = {"schema": "opconform-kill-matrix", "version": SCHEMA_VERSION, "summary": totals,
-                "batches": {name: documents[name]["wall_seconds"] for name in selected},
-                "mutants": [asdict(v) for v in all_verdicts], "false_alarms": sweep}  # fmt: skip
-    (args.out / "kill-matrix.json").write_text(json.dumps(document, indent=1))
-    text = markdown(all_verdicts, totals)
-    if sweep:
-        text += (
-            f"\nFalse alarms: {len(sweep['failures'])} failing cases of the built-in backends over "
-            f"{sweep['seeds']} Hypothesis seeds ({sum(r['cases'] for r in sweep['runs'])} cases run).\n"
-        )
-        text += "".join(f"- seed {f['seed']}: {f['nodeid']}\n" for f in sweep["failures"])
-    (args.out / "kill-matrix.md").write_text(text)
-    print(
-        text
-        + f"Wall time {totals['wall_seconds']} s; wrote {args.out / 'kill-matrix.json'} and kill-matrix.md"
-    )
-    clean = not (sweep and sweep["failures"])
-    return 0 if totals["killed_by_right_clause"] == totals["mutants"] and clean else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="opconform mutants", description=MUTANTS.help)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-def _command():
-    from conformance.cli import Command
-
-    return Command("run the suite against every mutant and print the kill matrix", add_arguments, run)
-
-
-MUTANTS = _command()
-
-if __name__ == "__main__":
-    sys.exit(main())

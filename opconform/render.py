@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import json
 
-from conformance import report as rep
+from opconform import report as rep
 
 SHORT = {
     rep.FAIL: "FAIL",
@@ -274,3 +274,20 @@ def html_page(document: dict) -> str:
     parts.append(f"<script type='application/json' id='opconform-meta'>{raw}</script>")
     parts.append(f"<pre id='js-errors'></pre><script>{_JS}</script></body></html>")
     return "".join(parts)
+
+
+def write_outputs(document: dict, out) -> list:
+    """Write report.json, report.md and report.html of ``document`` into directory ``out``."""
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in (
+        ("report.json", json.dumps(document, indent=1)),
+        ("report.md", markdown(document)),
+        ("report.html", html_page(document)),
+    ):
+        (out / name).write_text(content, encoding="utf-8")
+        written.append(out / name)
+    return written

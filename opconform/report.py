@@ -3,67 +3,49 @@
 A results document is what the plugin writes with ``--opconform-json`` (schema
 ``opconform-results``); ``opconform run`` saves it as report.json. The matrix is derived from
 it: rows are spec clauses, columns ``backend@device``, and each cell aggregates the cases that
-check that clause there. Rendering lives in ``conformance.render``.
+check that clause there. Rendering lives in ``opconform.render``.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SCHEMA = "opconform-results"
-SUPPORTED_VERSIONS = (1, 2)
+from conformance import results
+from conformance.results import SCHEMA, Outcome
 
 # Cell and case states, most severe first: a cell shows the most severe state of its cases.
 FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
     "fail",
-    "expected failure",
+    Outcome.EXPECTED_FAILURE.value,
     "unexpected pass",
     "pass",
     "skip",
-    "not implemented",
+    Outcome.NOT_IMPLEMENTED.value,
 )
 STATES = (FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED)
 NO_CLAUSE = "(no clause)"
 RUN_FIELDS = ("host", "created", "torch", "profile", "devices", "backends")
 
-
-class ReportError(ValueError):
-    """A file that is not a readable opconform results document."""
+ReportError = results.ResultsError
 
 
 def load(path: str | Path) -> dict:
-    """Read and check a results document; errors name the file and what was expected."""
-    path = Path(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ReportError(f"{path}: no such report file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportError(f"{path}: not a JSON report: {exc}") from None
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise ReportError(f'{path}: not an opconform report (expected "schema": "{SCHEMA}")')
-    if document.get("version") not in SUPPORTED_VERSIONS:
-        raise ReportError(
-            f"{path}: report version {document.get('version')!r}; this opconform reads {SUPPORTED_VERSIONS}"
-        )
-    if not isinstance(document.get("results"), list):
-        raise ReportError(f'{path}: report has no "results" list')
-    return document
+    """Read and check a results document (``conformance.results``); errors name the file and field."""
+    return results.load(path).to_dict()
 
 
 def case_state(result: dict) -> str:
     outcome = result["outcome"]
-    if outcome == "passed":
+    if outcome == Outcome.PASSED:
         verdict = (result.get("expectation") or {}).get("verdict")
         return XPASS if verdict == "unexpected pass" else PASS
-    if outcome == "failed":
+    if outcome == Outcome.FAILED:
         return FAIL
-    if outcome == "expected failure":
+    if outcome == Outcome.EXPECTED_FAILURE:
         return EXPECTED
-    if outcome == "not implemented":
+    if outcome == Outcome.NOT_IMPLEMENTED:
         return NOT_IMPLEMENTED
     return SKIP
 
@@ -190,9 +172,7 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         merged["merged_from"].append(
             {
                 "name": name,
-                **{
-                    k: document.get(k) for k in ("host", "created", "torch", "profile", "devices", "backends")
-                },
+                **{k: document.get(k) for k in RUN_FIELDS},
                 "exitstatus": document.get("exitstatus"),
             }
         )

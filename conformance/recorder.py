@@ -1,0 +1,220 @@
+"""The results side of the plugin: each case's facts, the expectations applied to it, the document.
+
+``case_info`` (at setup) and ``record_call`` (in ``pytest_runtest_makereport``) attach a case's
+facts to its report's ``user_properties``, which travel from xdist workers; ``ResultsRecorder``
+collects them on the controlling process into ``conformance.results`` records and writes the
+document at the end of the session.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+
+import torch
+
+from conformance import checks, rerun, results
+from conformance import expectations as manifests
+from conformance.results import Case, ExpectationVerdict, Failure, Outcome
+
+INFO = "opconform"  # user_properties key: the case's backend, device, op, clauses, dtype
+CASE = "opconform_case"  # user_properties key: failure and expectation verdict of the case
+
+
+def dtype_name(dtype) -> str | None:
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).removeprefix("torch.")
+    return dtype if isinstance(dtype, str) else None
+
+
+def matching(config, nodeid: str, info: dict, *verdicts: str) -> list:
+    return [
+        entry
+        for entry in config._opconform_expectations
+        if entry.matches(
+            nodeid=nodeid,
+            backend=info["backend"],
+            device=info["device"],
+            clauses=info["clauses"],
+            dtype=info["dtype"],
+        )
+        in verdicts
+    ]
+
+
+def case_info(item) -> dict:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    backend, device = params.get("backend"), params.get("device")
+    op_mark = item.get_closest_marker("op")
+    info = {
+        "backend": getattr(backend, "name", None),
+        "device": getattr(device, "type", None),
+        "op": op_mark.args[0] if op_mark else None,
+        "clauses": [c for mark in item.iter_markers("clause") for c in mark.args],
+        # Known when the test is parametrized by dtype; Hypothesis tests draw it per example.
+        "dtype": dtype_name(params.get("dtype")),
+    }
+    # Every entry that may apply (also "maybe": same but for an unknown dtype), for staleness.
+    info["expectations"] = [e.id for e in matching(item.config, item.nodeid, info, "yes", "maybe")]
+    return info
+
+
+def unsupported_entry(item, info: dict):
+    """The ``unsupported`` entry that applies to the case, recorded as its expectation verdict
+    (the plugin skips the case at setup with the returned label); None when there is none."""
+    for entry in matching(item.config, item.nodeid, info, "yes"):
+        if entry.reason == "unsupported":
+            verdict = {"id": entry.id, "reason": entry.reason, "verdict": "expected"}
+            item.user_properties.append((CASE, {"expectation": verdict}))
+            return f"unsupported ({entry.id})" + (f": {entry.note}" if entry.note else "")
+    return None
+
+
+def conformance_error(exc: BaseException | None):
+    """The first ConformanceError in ``exc``, its exception groups, causes and contexts."""
+    seen, stack = set(), [exc]
+    while stack:
+        current = stack.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, checks.ConformanceError):
+            return current
+        stack.extend(getattr(current, "exceptions", ()))
+        stack.extend([current.__cause__, current.__context__])
+    return None
+
+
+def record_call(item, call, report) -> None:
+    """Attach the failure facts and the verdict of the expectations (other than ``unsupported``,
+    applied at setup) to the call report; a declared failure becomes an expected failure."""
+    info = dict(dict(item.user_properties)[INFO])
+    case: dict = {}
+    if report.failed:
+        error = conformance_error(call.excinfo.value if call.excinfo else None)
+        if error is not None and info["dtype"] is None:
+            info["dtype"] = case["dtype"] = dtype_name(error.dtype)
+        command = rerun.for_item(item.config, item.nodeid)
+        case["failure"] = {
+            "clause": getattr(error, "clause", None),
+            "dtype": dtype_name(getattr(error, "dtype", None)) or info["dtype"],
+            "largest_abs_error": getattr(error, "max_abs_error", None),
+            "largest_rel_error": getattr(error, "max_rel_error", None),
+            "rerun": command,
+        }
+        report.sections.append(("opconform rerun", command))
+    entries = matching(item.config, item.nodeid, info, "yes")
+    if entries:
+        largest = case.get("failure", {}).get("largest_abs_error")
+        verdict, entry = manifests.judge(entries, outcome=report.outcome, largest_error=largest)
+        case["expectation"] = {"id": entry.id, "reason": entry.reason, "verdict": verdict}
+        label = f"{entry.reason} ({entry.id})" + (f": {entry.note}" if entry.note else "")
+        if verdict == "expected":
+            report.outcome = "skipped"
+            report.wasxfail = label
+        elif verdict == "exceeds bound":
+            message = f"{label}: largest error {largest:.3g} exceeds bound {entry.bound:g}"
+            report.sections.append(("opconform expectations", message))
+    report.user_properties = [*report.user_properties, (CASE, case)]
+
+
+class ResultsRecorder:
+    """Collects each case's outcome on the controlling process (xdist workers forward reports)."""
+
+    def __init__(self, config):
+        self.config = config
+        self.results: list[Case] = []
+        self.started = time.time()
+
+    def pytest_runtest_logreport(self, report):
+        properties = dict(report.user_properties)
+        info = properties.get(INFO)
+        if info is None:
+            return
+        if report.when != "call" and not (report.failed or (report.when == "setup" and report.skipped)):
+            return
+        facts = {**info, **properties.get(CASE, {})}
+        failure, expectation = facts.pop("failure", None), facts.pop("expectation", None)
+        case = Case(
+            nodeid=report.nodeid,
+            when=report.when,
+            outcome=Outcome(report.outcome),
+            duration=round(report.duration, 6),
+            start=round(getattr(report, "start", 0.0), 6),
+            failure=Failure(**failure) if failure else None,
+            expectation=ExpectationVerdict(**expectation) if expectation else None,
+            **facts,
+        )
+        if hasattr(report, "wasxfail") and report.skipped:
+            case.outcome = Outcome.EXPECTED_FAILURE
+            case.reason = report.wasxfail
+            case.message = report.longreprtext[-4000:]
+        elif report.skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            case.reason = reason.removeprefix("Skipped: ")
+            if case.reason.startswith(Outcome.NOT_IMPLEMENTED.value):
+                case.outcome = Outcome.NOT_IMPLEMENTED
+        elif report.failed:
+            case.message = report.longreprtext[-4000:]
+            if case.failure is None:  # a setup or teardown error
+                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid))
+        self.results.append(case)
+
+    def expectation_status(self) -> list[dict]:
+        """Each manifest entry with its status in this run: used, unexpected pass, stale, not applicable."""
+        matched: dict[str, list[str]] = {}
+        for case in self.results:
+            for entry_id in case.expectations:
+                matched.setdefault(entry_id, [])
+            if case.expectation:
+                matched.setdefault(case.expectation.id, []).append(case.expectation.verdict)
+        backends = {b.name for b in self.config._opconform_backends}
+        devices = set(self.config._opconform_devices)
+        status = []
+        for entry in self.config._opconform_expectations:
+            data = entry.as_dict()
+            verdicts = matched.get(entry.id)
+            if entry.backend not in backends or (entry.device and entry.device not in devices):
+                data["status"] = "not applicable"
+            elif verdicts is None:
+                data["status"] = "stale"
+            elif "unexpected pass" in verdicts and not {"expected", "exceeds bound"} & set(verdicts):
+                data["status"] = "unexpected pass"
+            elif verdicts:
+                data["status"] = "used"
+            else:  # matched cases that passed with a dtype the entry may not cover
+                data["status"] = "matched"
+            status.append(data)
+        return status
+
+    def document(self, exitstatus: int) -> results.Document:
+        from hypothesis import __version__ as hypothesis_version
+        from hypothesis import settings
+
+        clauses = self.config._opconform_clauses
+        return results.Document(
+            meta={
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "host": platform.node(),
+                "platform": platform.platform(),
+                "python": sys.version.split()[0],
+                "torch": torch.__version__,
+                "hypothesis": hypothesis_version,
+                "profile": settings._current_profile,
+                "args": list(self.config.invocation_params.args),
+            },
+            backends=[b.name for b in self.config._opconform_backends],
+            devices=self.config._opconform_devices,
+            duration=round(time.time() - self.started, 3),
+            exitstatus=int(exitstatus),
+            clauses={c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()},
+            expectations=self.expectation_status(),
+            results=sorted(self.results, key=lambda c: (c.nodeid, c.when)),
+        )
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        path = self.config.getoption("opconform_json")
+        if path:
+            results.dump(self.document(exitstatus), path)

@@ -1,0 +1,220 @@
+"""The results document: its schema, outcomes and typed records, read and written in one place.
+
+The plugin writes it with ``--opconform-json`` (``conformance.recorder``); ``opconform run``
+saves it as report.json and every reader (``opconform.report``, ``opconform.render``, the
+mutation runner, the self-tests) loads it through ``load``/``Document.from_dict``, which check
+it and name the file and field that is wrong. Torch-free: ``opconform merge`` and ``diff`` run
+where torch is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "opconform-results"
+# 2: dtype, failure details (largest error, rerun), expectations, clause index, environment.
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+
+class Outcome(str, Enum):
+    """A case's outcome, as the JSON spells it."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    EXPECTED_FAILURE = "expected failure"  # a failure an expectations entry declares
+    NOT_IMPLEMENTED = "not implemented"  # the backend lacks the op
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ResultsError(ValueError):
+    """A file or object that is not a readable opconform results document."""
+
+
+@dataclass
+class Failure:
+    """What a failing case broke and how to rerun it (facts of the ConformanceError)."""
+
+    clause: str | None = None
+    dtype: str | None = None
+    largest_abs_error: float | None = None
+    largest_rel_error: float | None = None
+    rerun: str | None = None
+
+
+@dataclass
+class ExpectationVerdict:
+    """The expectations entry applied to a case and its verdict (expected, unexpected pass, ...)."""
+
+    id: str
+    reason: str
+    verdict: str
+
+
+@dataclass
+class Case:
+    """One test case's record: where it ran, what it checks and how it ended."""
+
+    nodeid: str
+    outcome: Outcome
+    when: str = "call"
+    duration: float = 0.0
+    start: float = 0.0  # orders cases in execution order
+    backend: str | None = None
+    device: str | None = None
+    op: str | None = None
+    clauses: list[str] = field(default_factory=list)
+    dtype: str | None = None
+    expectations: list[str] = field(default_factory=list)  # ids of the entries that may apply
+    failure: Failure | None = None
+    expectation: ExpectationVerdict | None = None
+    reason: str | None = None  # the skip or expected-failure reason
+    message: str | None = None
+    run: str | None = None  # the run a merged case came from
+    extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
+
+
+@dataclass
+class Document:
+    """A whole results document: the run's environment, the clause index, expectations, cases."""
+
+    results: list[Case]
+    clauses: dict[str, dict] = field(default_factory=dict)
+    expectations: list[dict] = field(default_factory=list)
+    backends: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    exitstatus: int = 0
+    duration: float = 0.0
+    version: int = VERSION
+    meta: dict[str, Any] = field(default_factory=dict)  # host, created, torch, profile, args, ...
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "version": self.version,
+            **self.meta,
+            "backends": self.backends,
+            "devices": self.devices,
+            "duration": self.duration,
+            "exitstatus": self.exitstatus,
+            "clauses": self.clauses,
+            "expectations": self.expectations,
+            "results": [case_to_dict(c) for c in self.results],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<results>") -> Document:
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ResultsError(f'{source}: not an opconform report (expected "schema": "{SCHEMA}")')
+        if data.get("version") not in READABLE_VERSIONS:
+            raise ResultsError(
+                f"{source}: report version {data.get('version')!r}; this opconform reads {READABLE_VERSIONS}"
+            )
+        if not isinstance(data.get("results"), list):
+            raise ResultsError(f'{source}: report has no "results" list')
+        known = {f.name for f in fields(cls)} | {"schema"}
+        return cls(
+            results=[case_from_dict(r, f"{source}: results[{i}]") for i, r in enumerate(data["results"])],
+            clauses=_typed(data, "clauses", dict, source) or {},
+            expectations=_typed(data, "expectations", list, source) or [],
+            backends=_typed(data, "backends", list, source) or [],
+            devices=_typed(data, "devices", list, source) or [],
+            exitstatus=int(_typed(data, "exitstatus", int, source) or 0),
+            duration=float(_typed(data, "duration", (int, float), source) or 0.0),
+            version=data["version"],
+            meta={k: v for k, v in data.items() if k not in known},
+        )
+
+
+def _typed(data: dict, key: str, kind, source: str):
+    value = data.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise ResultsError(
+            f"{source}: field {key!r}: expected {getattr(kind, '__name__', kind)}, got {value!r}"
+        )
+    return value
+
+
+def case_to_dict(case: Case) -> dict:
+    data: dict[str, Any] = {
+        "nodeid": case.nodeid,
+        "when": case.when,
+        "outcome": case.outcome.value,
+        "duration": case.duration,
+        "start": case.start,
+        "backend": case.backend,
+        "device": case.device,
+        "op": case.op,
+        "clauses": case.clauses,
+        "dtype": case.dtype,
+        "expectations": case.expectations,
+    }
+    for key in ("failure", "expectation"):
+        value = getattr(case, key)
+        if value is not None:
+            data[key] = {f.name: getattr(value, f.name) for f in fields(value)}
+    for key in ("reason", "message", "run"):
+        if getattr(case, key) is not None:
+            data[key] = getattr(case, key)
+    return {**data, **case.extra}
+
+
+def case_from_dict(data: Any, source: str) -> Case:
+    if not isinstance(data, dict):
+        raise ResultsError(f"{source}: expected an object, got {data!r}")
+    if not isinstance(data.get("nodeid"), str):
+        raise ResultsError(f"{source}: field 'nodeid': expected a string, got {data.get('nodeid')!r}")
+    try:
+        outcome = Outcome(data.get("outcome"))
+    except ValueError:
+        known = [o.value for o in Outcome]
+        raise ResultsError(
+            f"{source}: field 'outcome': {data.get('outcome')!r} is not one of {known}"
+        ) from None
+    names = {f.name for f in fields(Case)} - {"extra"}
+    failure, expectation = data.get("failure"), data.get("expectation")
+    try:
+        return Case(
+            nodeid=data["nodeid"],
+            outcome=outcome,
+            when=data.get("when", "call"),
+            duration=float(data.get("duration") or 0.0),
+            start=float(data.get("start") or 0.0),
+            backend=data.get("backend"),
+            device=data.get("device"),
+            op=data.get("op"),
+            clauses=list(data.get("clauses") or []),
+            dtype=data.get("dtype"),
+            expectations=list(data.get("expectations") or []),
+            failure=Failure(**failure) if failure is not None else None,
+            expectation=ExpectationVerdict(**expectation) if expectation is not None else None,
+            reason=data.get("reason"),
+            message=data.get("message"),
+            run=data.get("run"),
+            extra={k: v for k, v in data.items() if k not in names},
+        )
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{source}: {exc}") from None
+
+
+def load(path: str | Path) -> Document:
+    """Read and check a results document; errors name the file and what was expected."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such report file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{path}: not a JSON report: {exc}") from None
+    return Document.from_dict(data, str(path))
+
+
+def dump(document: Document, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(document.to_dict(), indent=1), encoding="utf-8")

@@ -1,0 +1,36 @@
+"""``opconform diff``: new failures (with rerun commands), fixes, changed skips, added and removed
+cases between two reports; exit 1 on a regression."""
+
+from __future__ import annotations
+
+import argparse
+
+from opconform import report
+from opconform.commands import help_for
+
+HELP = help_for("diff")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("old", metavar="OLD.json")
+    parser.add_argument("new", metavar="NEW.json")
+
+
+def run(args: argparse.Namespace) -> int:
+    old, new = report.load(args.old), report.load(args.new)
+    changes = report.diff(old, new)
+    for title, items in changes.items():
+        if not items:
+            continue
+        print(f"{title} ({len(items)}):")
+        for item in items:
+            states = f"{item['old'] or 'absent'} -> {item['new'] or 'absent'}"
+            line = f"  {item['nodeid']} [{', '.join(item['clauses'])}] {states}"
+            if item.get("new_reason") or item.get("old_reason"):
+                line += f" (reason: {item.get('old_reason')!r} -> {item.get('new_reason')!r})"
+            print(line)
+            if item.get("rerun"):
+                print(f"    rerun: {item['rerun']}")
+    if not any(changes.values()):
+        print("no changes")
+    return 1 if changes["new failures"] else 0

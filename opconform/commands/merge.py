@@ -1,0 +1,27 @@
+"""``opconform merge``: several machines' reports as one matrix (exit 1 if it holds a failure)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from opconform import render, report
+from opconform.commands import help_for
+
+HELP = help_for("merge")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="reports of several runs")
+    parser.add_argument("--out", default=None, metavar="DIR", help="write report.json/.md/.html of the merge")
+    parser.add_argument("--markdown", action="store_true", help="print the Markdown (for a CI job summary)")
+
+
+def run(args: argparse.Namespace) -> int:
+    names = [str(p) for p in args.reports]
+    document = report.merge([report.load(p) for p in args.reports], names=names)
+    print(render.markdown(document) if args.markdown else render.text(document))
+    if args.out:
+        written = render.write_outputs(document, args.out)
+        print("\nwrote " + ", ".join(map(str, written)), file=sys.stderr if args.markdown else sys.stdout)
+    return 0 if report.conforms(document) else 1

@@ -1,0 +1,91 @@
+"""``opconform run``: the installed suite (``pytest --pyargs conformance``) on this machine, then
+the report (report.json, report.md, report.html) and the summary."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from opconform import render, report
+from opconform.commands import help_for
+
+HELP = help_for("run")
+PROFILES = ("dev", "ci", "thorough")  # Hypothesis profiles
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", action="append", default=[], metavar="NAME", help="backend (repeatable)")
+    parser.add_argument(
+        "--device", action="append", default=[], metavar="NAME", help="device type (repeatable)"
+    )
+    parser.add_argument(
+        "--backend-module", action="append", default=[], metavar="MODULE[:ATTR]", help="external backends"
+    )
+    parser.add_argument("--expectations", action="append", default=[], metavar="PATH",
+                        help="expectations manifest or directory of them (repeatable)")  # fmt: skip
+    parser.add_argument("--profile", choices=PROFILES, default=None, help="Hypothesis profile")
+    parser.add_argument("-n", dest="workers", default=None, metavar="N", help="xdist workers: N or auto")
+    parser.add_argument("--out", default="opconform-report", metavar="DIR",
+                        help="where report.json/.md/.html go (default: %(default)s)")  # fmt: skip
+    parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
+
+
+def plugin_registered() -> bool:
+    """Whether an installed opconform registers the plugin through the ``pytest11`` entry point."""
+    from importlib import metadata
+
+    return any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
+
+
+def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
+    """The pytest command line ``opconform run`` executes (the installed suite, via --pyargs).
+
+    From a checkout that is not pip-installed (``python -m opconform.cli`` with the checkout on
+    PYTHONPATH, as on a CUDA host with its own torch) no entry point loads the plugin, and the
+    checkout's conftest.py is not loaded when the run starts outside the checkout: load it by name.
+    """
+    command = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider",
+               f"--opconform-json={report_json}"]  # fmt: skip
+    if not plugin_registered():
+        command += ["-p", "conformance.plugin"]
+    command += [f"--backend={b}" for b in args.backend]
+    command += [f"--device={d}" for d in args.device]
+    command += [f"--backend-module={m}" for m in args.backend_module]
+    command += [f"--opconform-expectations={os.path.abspath(e)}" for e in args.expectations]
+    if args.profile:
+        command.append(f"--hypothesis-profile={args.profile}")
+    if args.workers is not None:
+        command += ["-n", str(args.workers)]
+    else:
+        command += ["-p", "no:xdist"]
+    return command + list(args.pytest_args)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers is not None and importlib.util.find_spec("xdist") is None:
+        print("opconform run: -n needs pytest-xdist (pip install pytest-xdist)", file=sys.stderr)
+        return 2
+    for path in args.expectations:
+        if not Path(path).exists():
+            print(f"opconform run: --expectations {path}: no such file or directory", file=sys.stderr)
+            return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report_json = (out / "report.json").resolve()
+    report_json.unlink(missing_ok=True)
+    command = pytest_command(args, report_json)
+    print("opconform run:", " ".join(command), flush=True)
+    returncode = subprocess.call(command)  # pytest shows the progress
+    if not report_json.exists():
+        print(f"opconform run: pytest exited {returncode} without writing a report", file=sys.stderr)
+        return returncode or 2
+    document = report.load(report_json)
+    written = render.write_outputs(document, out)
+    print()
+    print(render.text(document))
+    print("\nwrote " + ", ".join(map(str, written)))
+    return 0 if report.conforms(document) else 1
