@@ -139,9 +139,6 @@ def import_attr(spec: str, default_attr: str = "BACKEND"):
         raise BackendError(f"backend module {module_name!r} has no attribute {attr!r}") from None
 
 
-import_attr = _import_attr  # public name (helper "backends" renames _import_attr to it)
-
-
 def load_backend_module(spec: str) -> list[Backend]:
     """Load the backends named by ``MODULE[:ATTR]`` (ATTR defaults to ``BACKEND``)."""
     return _as_backends(import_attr(spec), f"--backend-module {spec}")
@@ -171,11 +168,6 @@ def not_implemented_reason(backend: Backend, op: str) -> str | None:
     if callable(method):
         return None
     return f"not implemented: backend {backend.name!r} has no op {op!r}"
-
-
-# Old private names, for callers not yet moved to the public ones (conformance/bench.py).
-_import_attr = import_attr
-_check_backend = check_backend
 
 
 def unique_by_name(backends: Iterable[Backend]) -> list[Backend]:

@@ -58,7 +58,7 @@ def select_impls(
     candidates: list[Impl] = []
     for name, target in registry.BUILTIN.items():
         try:
-            obj = registry._check_backend(registry.import_attr(target), f"built-in {name}")
+            obj = registry.check_backend(registry.import_attr(target), f"built-in {name}")
         except (registry.BackendError, ImportError) as exc:
             broken.append({"impl": name, "reason": f"cannot load backend: {exc}"})
             continue
