@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+from importlib import metadata
 from pathlib import Path
 
 from conformance import results
@@ -45,6 +46,18 @@ def run_suite(
     document["stdout"] = proc.stdout
     document["returncode"] = proc.returncode
     return document
+
+
+def run_test_file(tmp_path: Path, name: str, source: str) -> subprocess.CompletedProcess:
+    """Write ``source`` to ``tmp_path/name`` and run it with the plugin on the native backend,
+    outside the repository (the plugin from the pytest11 entry point when installed)."""
+    (tmp_path / name).write_text(source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    installed = any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+               *([] if installed else ["-p", "conformance.plugin"]),
+               "--backend=native", str(tmp_path / name)]  # fmt: skip
+    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
 def failed_clauses(document: dict) -> dict[str, set[str]]:

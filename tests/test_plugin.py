@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
-from importlib import metadata
 
 import pytest
-from suite_runner import REPO, outcomes, run_suite
+from suite_runner import REPO, outcomes, run_suite, run_test_file
 
 EXTERNAL_MODULE = """
 from backends.native import NativeBackend
@@ -143,19 +141,15 @@ def test_bad_option_is_a_usage_error_through_the_entry_point():
 def test_unknown_op_mark_fails_collection(tmp_path):
     """An op mark naming an op outside backends.OPS is a collection error naming the test and the
     known ops, not a silent "not implemented" on every backend."""
-    (tmp_path / "test_typo.py").write_text(
+    proc = run_test_file(
+        tmp_path,
+        "test_typo.py",
         "import pytest\n\n\n"
         "@pytest.mark.clause('ACT-GEGLU')\n"
         "@pytest.mark.op('gelu_and_mull')\n"
         "def test_typo(backend, device):\n"
-        "    assert True\n"
+        "    assert True\n",
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    installed = any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-               *([] if installed else ["-p", "conformance.plugin"]),
-               "--backend=native", str(tmp_path / "test_typo.py")]  # fmt: skip
-    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output  # pytest: interrupted by collection errors
     assert "test_typo.py::test_typo" in output and "unknown op(s) [('gelu_and_mull',)]" in output, output

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
+from suite_runner import run_test_file
 
 from conformance import spec_index
 
@@ -57,19 +54,14 @@ def test_spec_index_rejects_duplicate_clauses(tmp_path):
 
 def test_unknown_clause_fails_collection(tmp_path):
     """A property that names a clause missing from spec/ is a collection error, not a silent pass."""
-    (tmp_path / "test_bogus.py").write_text(
+    proc = run_test_file(
+        tmp_path,
+        "test_bogus.py",
         "import pytest\n\n\n"
         "@pytest.mark.clause('ACT-NO-SUCH-CLAUSE')\n"
         "def test_bogus(backend, device):\n"
-        "    assert True\n"
+        "    assert True\n",
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    # The plugin comes from the pytest11 entry point when the package is installed.
-    installed = any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-               *([] if installed else ["-p", "conformance.plugin"]),
-               "--backend=native", str(tmp_path / "test_bogus.py")]  # fmt: skip
-    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2, output  # pytest: interrupted by collection errors
     assert "unknown clause(s) ['ACT-NO-SUCH-CLAUSE']" in output and "1 error" in output, output
