@@ -67,23 +67,6 @@ def synthetic_model_output(reference: oracle.DPMSolverMultistep, index: int, sam
     return (x - x0) / sigma  # flow_prediction: v with x0 = x - sigma v
 
 
-def conversion_magnitude(reference, index: int, sample: torch.Tensor, model_output: torch.Tensor):
-    """DPM-TOL: the magnitude whose rounding in the model dtype bounds the data prediction's error:
-    epsilon (|x| + sigma_t |m|)/alpha_t; v alpha_t |x| + sigma_t |m|; flow |x| + sigma |m|; sample |m|."""
-    kind = reference.config.prediction_type
-    x = sample.detach().to("cpu", torch.float64).abs()
-    m = model_output.detach().to("cpu", torch.float64).abs()
-    sigma = reference.sigmas[index]
-    alpha_t, sigma_t = reference.alpha_sigma(sigma)
-    if kind == "epsilon":
-        return (x + sigma_t * m) / alpha_t
-    if kind == "v_prediction":
-        return alpha_t * x + sigma_t * m
-    if kind == "flow_prediction":
-        return x + sigma * m
-    return m
-
-
 @st.composite
 def scheduler_configs(draw, *, algorithms=("dpmsolver++", SDE), orders=(1, 2, 3), sde_third_order=False):
     """Configurations over every contract field; the third-order SDE step only when asked (DPM-SDE3)."""

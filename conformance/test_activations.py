@@ -19,7 +19,7 @@ from conformance.strategies import (
     gated_inputs,
     small_limits,
 )
-from conformance.tolerances import tolerance
+from conformance.tolerances import swiglu_step_bound, up_scale
 from reference import activations as oracle
 
 FAMILY = "activations"
@@ -33,13 +33,6 @@ def _option_strategy(op: str):
     if op == "swiglu_step_and_mul":
         return st.fixed_dictionaries({"limit": st.one_of(st.none(), clamp_limits())})
     return st.just({})
-
-
-def up_scale(x: torch.Tensor, *, limit: float | None = None, **_options) -> torch.Tensor:
-    """ACT-TOL: the absolute tolerance applies to the activation, so it scales with max(1, |up|)
-    (|up| clamped to the limit, for the clamped op)."""
-    up = x[..., x.shape[-1] // 2 :].detach().cpu().double().abs()
-    return (up if limit is None else up.clamp(max=limit)).clamp_min(1.0)
 
 
 # Layout, purity and NaN properties do not depend on size: small inputs keep them cheap.
@@ -158,8 +151,7 @@ def test_swiglu_step_is_bounded(backend, device, recipe, limit):
     """For limit >= 0.2785 every output lies in [-limit^2, limit^2] (up to one output rounding)."""
     x = recipe.make(device)
     out = backend.swiglu_step_and_mul(x, limit=limit).cpu().double()
-    tol = tolerance(FAMILY, x.dtype)
-    bound = limit * limit * (1 + tol.rtol) + tol.atol
+    bound = swiglu_step_bound(limit, x.dtype)
     worst = out.abs().max().item()
     check(
         worst <= bound,

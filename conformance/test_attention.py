@@ -12,19 +12,11 @@ from hypothesis import strategies as st
 from conformance.checks import assert_close, check_raises, describe
 from conformance.error_cases import ATTENTION_ERRORS, check_backend_raises, params
 from conformance.mask_strategies import PADDING_PATTERNS, attention_recipes, make_padding_mask, windows
+from conformance.tolerances import value_scale
 from reference import attention as oracle
 from reference.masks import additive_mask
 
 FAMILY = "attention"
-
-
-def value_scale(v: torch.Tensor, q_heads: int, valid_keys: torch.Tensor | None = None) -> torch.Tensor:
-    """ATTN-TOL: max(1, max |v|) per (batch, kv head) over the keys in the sequence, per query head."""
-    v = v.detach().cpu().double().abs()
-    if valid_keys is not None:
-        v = v * valid_keys.cpu()[:, None, :, None]
-    per_head = v.amax(dim=(2, 3), keepdim=True).clamp_min(1.0)
-    return per_head.repeat_interleave(q_heads // v.shape[1], dim=1)
 
 
 def compare(out, want, v, *, clause, context, rows=None, valid_keys=None):

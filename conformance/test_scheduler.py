@@ -20,13 +20,12 @@ from conformance.scheduler_strategies import (
     SANA_STEPS,
     SDE,
     TrajectoryRecipe,
-    conversion_magnitude,
     sana_trajectory,
     scheduler_configs,
     synthetic_model_output,
     trajectories,
 )
-from conformance.tolerances import DPM_CONVERSION_ROUNDINGS, tolerance
+from conformance.tolerances import conversion_magnitude, dpm_atol_scale
 from reference import scheduler as oracle
 
 FAMILY = "scheduler"
@@ -59,8 +58,6 @@ def run_trajectory(backend, device, recipe: TrajectoryRecipe, *, clause: str):
         message=f"{context}: {len(scheduler.timesteps)} timesteps for {recipe.steps} steps",
     )
     sde = recipe.config.get("algorithm_type") == SDE
-    tol = tolerance(FAMILY, recipe.dtype)
-    rounding = DPM_CONVERSION_ROUNDINGS * torch.finfo(recipe.dtype).eps / 2
     sample, noises, magnitudes = recipe.initial_sample(device), recipe.noises(), []
     for index in range(recipe.steps):
         model_output = synthetic_model_output(reference, index, sample).to(recipe.dtype).to(device)
@@ -68,9 +65,8 @@ def run_trajectory(backend, device, recipe: TrajectoryRecipe, *, clause: str):
         got = scheduler.step(model_output, scheduler.timesteps[index], sample, **noise).prev_sample
         _, coeffs, _ = reference.update_coefficients(reference.order_for_step(index), index)
         magnitudes.insert(0, conversion_magnitude(reference, index, sample, model_output))
-        amplified = sum(abs(c) * g for c, g in zip(coeffs, magnitudes, strict=False))
         want = reference.step(model_output, int(reference.timesteps[index]), sample, **noise).prev_sample
-        yield index, context, got, want, 1.0 + rounding * amplified / tol.atol
+        yield index, context, got, want, dpm_atol_scale(recipe.dtype, coeffs, magnitudes)
         sample = got
 
 
