@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import assert_close, check, describe
 from conformance.error_cases import ACTIVATION_ERRORS, check_backend_raises, params
-from conformance.strategies import (
+from conformance.strategies.activations import (
     SILU_MINIMUM,
     clamp_limits,
     gated_inputs,

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from conformance.checks import assert_close, check_raises, describe
 from conformance.error_cases import ATTENTION_ERRORS, check_backend_raises, params
-from conformance.mask_strategies import PADDING_PATTERNS, attention_recipes, make_padding_mask, windows
+from conformance.strategies.attention import attention_recipes, decode_lengths, windows_inside
+from conformance.strategies.masks import PADDING_PATTERNS, make_padding_mask, windows
 from conformance.tolerances import value_scale
 from reference import attention as oracle
 from reference.masks import additive_mask
@@ -78,17 +79,12 @@ def test_prefill_matches_oracle(backend, device, data, recipe, padding):
     compare(out, want, v, clause="ATTN-PREFILL", context=context, rows=padding_mask, valid_keys=padding_mask)
 
 
-@st.composite
-def _window_inside(draw, recipe):
-    return draw(st.integers(1, max(1, recipe.kv_len - 1)))
-
-
 @pytest.mark.clause("ATTN-PREFILL")
 @pytest.mark.op("prefill_attention")
 @given(data=st.data(), recipe=attention_recipes(dtypes=(torch.float32,), max_len=80))
 def test_prefill_window_is_exact_in_float32(backend, device, data, recipe):
     """With W < S in float32, one key more or less than W (|v|/W) is far outside the tolerance."""
-    sliding_window = data.draw(_window_inside(recipe), label="sliding_window")
+    sliding_window = data.draw(windows_inside(recipe), label="sliding_window")
     q, k, v = recipe.make(device)
     scale = oracle.default_scale(recipe.head_dim)
     out = backend.prefill_attention(q, k, v, sliding_window=sliding_window, padding_mask=None, scale=scale)
@@ -97,13 +93,6 @@ def test_prefill_window_is_exact_in_float32(backend, device, data, recipe):
     )
     context = describe(backend, device, "prefill_attention", recipe=recipe, sliding_window=sliding_window)
     compare(out, want, v, clause="ATTN-PREFILL", context=context)
-
-
-@st.composite
-def decode_lengths(draw, batch: int, kv_len: int) -> torch.Tensor:
-    return torch.tensor(
-        draw(st.lists(st.one_of(st.just(kv_len), st.integers(1, kv_len)), min_size=batch, max_size=batch))
-    )
 
 
 def poison_stale_rows(cache: torch.Tensor, seq_lens: torch.Tensor, value: float) -> torch.Tensor:

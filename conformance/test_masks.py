@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import check, describe
 from conformance.error_cases import MASK_ERRORS, check_backend_raises, params
-from conformance.mask_strategies import decode_mask_cases, mask_cases
+from conformance.strategies.masks import decode_mask_cases, mask_cases
 from reference import masks as oracle
 
 

@@ -2,7 +2,7 @@
 
 The op is ``dpm_scheduler(**config)``, returning a scheduler object with ``set_timesteps``,
 ``timesteps``, ``sigmas`` and ``step``. Each property drives it with the synthetic denoiser of
-conformance/scheduler_strategies.py and compares every step with the float64 oracle.
+conformance/strategies/scheduler.py and compares every step with the float64 oracle.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from conformance.checks import assert_close, check, describe
-from conformance.scheduler_strategies import (
+from conformance.strategies.scheduler import (
     SANA_CONFIG,
     SANA_STEPS,
     SDE,

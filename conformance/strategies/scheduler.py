@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import torch
 from hypothesis import strategies as st
 
+from conformance.strategies.common import FLOAT_DTYPES, seeds
 from reference import scheduler as oracle
 
-MODEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MODEL_DTYPES = FLOAT_DTYPES
 # SANA's scheduler (field notes, section 3): everything else at diffusers' defaults.
 SANA_CONFIG = {"flow_shift": 3.0, "use_flow_sigmas": True, "prediction_type": "flow_prediction"}
 SANA_STEPS = 20
@@ -102,7 +103,7 @@ def trajectories(draw, *, configs=None, dtypes=MODEL_DTYPES, max_steps: int = 50
         steps=draw(st.one_of(st.integers(1, 20), st.integers(21, max_steps))),
         shape=shape,
         dtype=draw(st.sampled_from(dtypes)),
-        seed=draw(st.integers(0, 2**31 - 1)),
+        seed=draw(seeds()),
     )
 
 
