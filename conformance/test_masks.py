@@ -93,11 +93,16 @@ CONVERTERS = ["flash_attention_window", "cann_prefill_tokens", "decode_mask_wind
 @pytest.mark.parametrize("converter", [pytest.param(c, marks=pytest.mark.op(c), id=c) for c in CONVERTERS])
 @pytest.mark.parametrize("sliding_window", [None, 1, 2, 7, 512, 4096])
 def test_window_converter(backend, device, converter, sliding_window):
-    """A backend's window converter returns exactly the documented value for W."""
+    """A backend's window converter returns exactly the documented value for W; without a window,
+    the table fixes only cann_prefill_tokens' pre_tokens (next_tokens is free: a sparse mode may
+    ignore it)."""
     if sliding_window is None and converter == "decode_mask_window":
         pytest.skip("decode_mask_window takes a window; None is not in its domain")
     got = getattr(backend, converter)(sliding_window)
     want = getattr(oracle, converter)(sliding_window)
+    if sliding_window is None and converter == "cann_prefill_tokens":
+        want = {"pre_tokens": want["pre_tokens"]}
+        got = {"pre_tokens": got["pre_tokens"]} if isinstance(got, dict) and "pre_tokens" in got else got
     check(
         got == want,
         clause="WINDOW-CONV",
