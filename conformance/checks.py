@@ -6,6 +6,8 @@ relative error with their positions, and one command line that reruns just that 
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from conformance.tolerances import Tolerance, tolerance
@@ -121,12 +123,22 @@ def check(condition: bool, *, clause: str, message: str) -> None:
         raise ConformanceError(clause, message)
 
 
-def check_raises(exception: type[BaseException], call, *, clause: str, context: str) -> None:
-    """``call()`` must raise ``exception``; another exception type, or none, fails ``clause``."""
+def check_raises(
+    exception: type[BaseException], call, *, clause: str, context: str, match: str | None = None
+) -> None:
+    """``call()`` must raise ``exception`` whose message matches the regex ``match`` (when given:
+    e.g. the argument's name); another exception type, a message that does not match, or no
+    exception fails ``clause``."""
     try:
         call()
-    except exception:
-        return
+    except exception as exc:
+        if match is None or re.search(match, str(exc)):
+            return
+        raise ConformanceError(
+            clause,
+            f"{context}: raised {type(exc).__name__}: {exc}; expected the message to name the "
+            f"argument (regex {match!r})",
+        ) from exc
     except Exception as exc:  # noqa: BLE001 - the wrong type is itself the finding
         raise ConformanceError(
             clause, f"{context}: raised {type(exc).__name__}: {exc}; expected {exception.__name__}"

@@ -11,14 +11,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.checks import assert_close, check, check_raises, describe
-from conformance.strategies import (
+from conformance.checks import assert_close, check, describe
+from conformance.error_cases import ACTIVATION_ERRORS, check_backend_raises, params
+from conformance.strategies.activations import (
     SILU_MINIMUM,
     clamp_limits,
     gated_inputs,
     small_limits,
 )
-from conformance.tolerances import tolerance
+from conformance.tolerances import swiglu_step_bound, up_scale
 from reference import activations as oracle
 
 FAMILY = "activations"
@@ -32,13 +33,6 @@ def _option_strategy(op: str):
     if op == "swiglu_step_and_mul":
         return st.fixed_dictionaries({"limit": st.one_of(st.none(), clamp_limits())})
     return st.just({})
-
-
-def up_scale(x: torch.Tensor, *, limit: float | None = None, **_options) -> torch.Tensor:
-    """ACT-TOL: the absolute tolerance applies to the activation, so it scales with max(1, |up|)
-    (|up| clamped to the limit, for the clamped op)."""
-    up = x[..., x.shape[-1] // 2 :].detach().cpu().double().abs()
-    return (up if limit is None else up.clamp(max=limit)).clamp_min(1.0)
 
 
 # Layout, purity and NaN properties do not depend on size: small inputs keep them cheap.
@@ -157,8 +151,7 @@ def test_swiglu_step_is_bounded(backend, device, recipe, limit):
     """For limit >= 0.2785 every output lies in [-limit^2, limit^2] (up to one output rounding)."""
     x = recipe.make(device)
     out = backend.swiglu_step_and_mul(x, limit=limit).cpu().double()
-    tol = tolerance(FAMILY, x.dtype)
-    bound = limit * limit * (1 + tol.rtol) + tol.atol
+    bound = swiglu_step_bound(limit, x.dtype)
     worst = out.abs().max().item()
     check(
         worst <= bound,
@@ -251,82 +244,8 @@ def test_gated_nan_propagates(backend, device, op, data, recipe):
     )
 
 
-ERROR_CASES = [
-    # (id, op, input builder, options, exception)
-    (
-        "odd-last-dim",
-        "gelu_and_mul",
-        lambda d: torch.ones(2, 5, device=d),
-        {"approximate": "none"},
-        ValueError,
-    ),
-    ("zero-dim", "gelu_and_mul", lambda d: torch.tensor(1.0, device=d), {"approximate": "none"}, ValueError),
-    (
-        "integer-dtype",
-        "gelu_and_mul",
-        lambda d: torch.ones(2, 4, dtype=torch.int64, device=d),
-        {"approximate": "none"},
-        TypeError,
-    ),
-    (
-        "bad-approximate",
-        "gelu_and_mul",
-        lambda d: torch.ones(2, 4, device=d),
-        {"approximate": "erf"},
-        ValueError,
-    ),
-    ("odd-last-dim", "silu_and_mul", lambda d: torch.ones(3, device=d), {}, ValueError),
-    ("zero-dim", "silu_and_mul", lambda d: torch.tensor(1.0, device=d), {}, ValueError),
-    ("integer-dtype", "silu_and_mul", lambda d: torch.ones(4, dtype=torch.int32, device=d), {}, TypeError),
-    ("odd-last-dim", "swiglu_step_and_mul", lambda d: torch.ones(2, 7, device=d), {"limit": 7.0}, ValueError),
-    (
-        "integer-dtype",
-        "swiglu_step_and_mul",
-        lambda d: torch.ones(2, 4, dtype=torch.int64, device=d),
-        {"limit": 7.0},
-        TypeError,
-    ),
-    ("limit-zero", "swiglu_step_and_mul", lambda d: torch.ones(2, 4, device=d), {"limit": 0.0}, ValueError),
-    (
-        "limit-negative",
-        "swiglu_step_and_mul",
-        lambda d: torch.ones(2, 4, device=d),
-        {"limit": -1.0},
-        ValueError,
-    ),
-    (
-        "limit-inf",
-        "swiglu_step_and_mul",
-        lambda d: torch.ones(2, 4, device=d),
-        {"limit": float("inf")},
-        ValueError,
-    ),
-    (
-        "limit-nan",
-        "swiglu_step_and_mul",
-        lambda d: torch.ones(2, 4, device=d),
-        {"limit": float("nan")},
-        ValueError,
-    ),
-]
-
-
 @pytest.mark.clause("ACT-ERRORS")
-@pytest.mark.parametrize(
-    "op, make_input, options, exception",
-    [
-        pytest.param(op, make, opts, exc, marks=pytest.mark.op(op), id=f"{op}-{name}")
-        for name, op, make, opts, exc in ERROR_CASES
-    ],
-)
-def test_gated_errors(backend, device, op, make_input, options, exception):
-    """Bad input raises the documented exception type (and the oracle agrees)."""
-    x = make_input(device)
-    with pytest.raises(exception):
-        getattr(oracle, op)(x.cpu(), **options)
-    check_raises(
-        exception,
-        lambda: getattr(backend, op)(x, **options),
-        clause="ACT-ERRORS",
-        context=f"{describe(backend, device, op, **options)} on {tuple(x.shape)} {x.dtype}",
-    )
+@pytest.mark.parametrize("case", params(ACTIVATION_ERRORS))
+def test_gated_errors(backend, device, case):
+    """Bad input raises the documented exception type, with a message naming the argument."""
+    check_backend_raises(case, backend, device)

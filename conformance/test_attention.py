@@ -10,20 +10,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.checks import assert_close, check_raises, describe
-from conformance.mask_strategies import PADDING_PATTERNS, attention_recipes, make_padding_mask, windows
+from conformance.error_cases import ATTENTION_ERRORS, check_backend_raises, params
+from conformance.strategies.attention import attention_recipes, decode_lengths, windows_inside
+from conformance.strategies.masks import PADDING_PATTERNS, make_padding_mask, windows
+from conformance.tolerances import value_scale
 from reference import attention as oracle
 from reference.masks import additive_mask
 
 FAMILY = "attention"
-
-
-def value_scale(v: torch.Tensor, q_heads: int, valid_keys: torch.Tensor | None = None) -> torch.Tensor:
-    """ATTN-TOL: max(1, max |v|) per (batch, kv head) over the keys in the sequence, per query head."""
-    v = v.detach().cpu().double().abs()
-    if valid_keys is not None:
-        v = v * valid_keys.cpu()[:, None, :, None]
-    per_head = v.amax(dim=(2, 3), keepdim=True).clamp_min(1.0)
-    return per_head.repeat_interleave(q_heads // v.shape[1], dim=1)
 
 
 def compare(out, want, v, *, clause, context, rows=None, valid_keys=None):
@@ -85,17 +79,12 @@ def test_prefill_matches_oracle(backend, device, data, recipe, padding):
     compare(out, want, v, clause="ATTN-PREFILL", context=context, rows=padding_mask, valid_keys=padding_mask)
 
 
-@st.composite
-def _window_inside(draw, recipe):
-    return draw(st.integers(1, max(1, recipe.kv_len - 1)))
-
-
 @pytest.mark.clause("ATTN-PREFILL")
 @pytest.mark.op("prefill_attention")
 @given(data=st.data(), recipe=attention_recipes(dtypes=(torch.float32,), max_len=80))
 def test_prefill_window_is_exact_in_float32(backend, device, data, recipe):
     """With W < S in float32, one key more or less than W (|v|/W) is far outside the tolerance."""
-    sliding_window = data.draw(_window_inside(recipe), label="sliding_window")
+    sliding_window = data.draw(windows_inside(recipe), label="sliding_window")
     q, k, v = recipe.make(device)
     scale = oracle.default_scale(recipe.head_dim)
     out = backend.prefill_attention(q, k, v, sliding_window=sliding_window, padding_mask=None, scale=scale)
@@ -104,13 +93,6 @@ def test_prefill_window_is_exact_in_float32(backend, device, data, recipe):
     )
     context = describe(backend, device, "prefill_attention", recipe=recipe, sliding_window=sliding_window)
     compare(out, want, v, clause="ATTN-PREFILL", context=context)
-
-
-@st.composite
-def decode_lengths(draw, batch: int, kv_len: int) -> torch.Tensor:
-    return torch.tensor(
-        draw(st.lists(st.one_of(st.just(kv_len), st.integers(1, kv_len)), min_size=batch, max_size=batch))
-    )
 
 
 def poison_stale_rows(cache: torch.Tensor, seq_lens: torch.Tensor, value: float) -> torch.Tensor:
@@ -238,72 +220,8 @@ def test_float32_mask_with_half_queries_is_rejected(backend, device, q_dtype):
     )
 
 
-def _qkv(device, *, batch=1, q_heads=2, kv_heads=1, q_len=4, kv_len=4, head_dim=16, dtype=torch.float32):
-    q = torch.randn(batch, q_heads, q_len, head_dim, device=device, dtype=dtype)
-    kv = torch.randn(batch, kv_heads, kv_len, head_dim, device=device, dtype=dtype)
-    return q, kv, kv.clone()
-
-
-ATTENTION_ERROR_CASES = [
-    ("heads-not-multiple", "prefill_attention", lambda d: (_qkv(d, q_heads=3, kv_heads=2), {})),
-    ("q-3d", "prefill_attention", lambda d: ((torch.ones(2, 4, 16, device=d), *_qkv(d)[1:]), {})),
-    ("head-dim-mismatch", "prefill_attention", lambda d: ((_qkv(d)[0], *_qkv(d, head_dim=8)[1:]), {})),
-    ("batch-mismatch", "prefill_attention", lambda d: ((_qkv(d)[0], *_qkv(d, batch=2)[1:]), {})),
-    ("lengths-differ", "prefill_attention", lambda d: (_qkv(d, q_len=3), {})),
-    ("window-zero", "prefill_attention", lambda d: (_qkv(d), {"sliding_window": 0})),
-    ("padding-float", "prefill_attention", lambda d: (_qkv(d), {"padding_mask": torch.ones(1, 4, device=d)})),
-    ("scale-zero", "prefill_attention", lambda d: (_qkv(d), {"scale": 0.0})),
-    ("q-len-2", "decode_attention", lambda d: (_qkv(d, q_len=2), {"seq_lens": torch.tensor([2], device=d)})),
-    (
-        "length-zero",
-        "decode_attention",
-        lambda d: (_qkv(d, q_len=1), {"seq_lens": torch.tensor([0], device=d)}),
-    ),
-    (
-        "length-over-kv",
-        "decode_attention",
-        lambda d: (_qkv(d, q_len=1), {"seq_lens": torch.tensor([5], device=d)}),
-    ),
-    (
-        "lengths-float",
-        "decode_attention",
-        lambda d: (_qkv(d, q_len=1), {"seq_lens": torch.tensor([2.0], device=d)}),
-    ),
-    ("window-zero", "decode_attention", lambda d: (_qkv(d, q_len=1), {"sliding_window": 0})),
-]
-
-
-def _call(op, tensors, overrides, device):
-    if op == "prefill_attention":
-        options = {"sliding_window": None, "padding_mask": None, "scale": 0.25, **overrides}
-        return lambda impl: impl.prefill_attention(*tensors, **options)
-    options = {
-        "seq_lens": torch.tensor([3], device=device),
-        "sliding_window": None,
-        "scale": 0.25,
-        **overrides,
-    }
-    seq_lens = options.pop("seq_lens")
-    return lambda impl: impl.decode_attention(*tensors, seq_lens, **options)
-
-
 @pytest.mark.clause("ATTN-ERRORS")
-@pytest.mark.parametrize(
-    "op, make",
-    [
-        pytest.param(op, make, marks=pytest.mark.op(op), id=f"{op}-{name}")
-        for name, op, make in ATTENTION_ERROR_CASES
-    ],
-)
-def test_attention_errors(backend, device, op, make):
-    """Bad attention input raises ValueError naming the argument (and the oracle agrees)."""
-    tensors, overrides = make(device)
-    with pytest.raises(ValueError):
-        _call(
-            op,
-            [t.cpu() for t in tensors],
-            {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in overrides.items()},
-            "cpu",
-        )(oracle)
-    check_raises(ValueError, lambda: _call(op, tensors, overrides, device)(backend), clause="ATTN-ERRORS",
-                 context=f"backend {backend.name!r}: {op}")  # fmt: skip
+@pytest.mark.parametrize("case", params(ATTENTION_ERRORS))
+def test_attention_errors(backend, device, case):
+    """Bad attention input raises ValueError naming the argument."""
+    check_backend_raises(case, backend, device)

@@ -2,7 +2,7 @@
 
 The op is ``dpm_scheduler(**config)``, returning a scheduler object with ``set_timesteps``,
 ``timesteps``, ``sigmas`` and ``step``. Each property drives it with the synthetic denoiser of
-conformance/scheduler_strategies.py and compares every step with the float64 oracle.
+conformance/strategies/scheduler.py and compares every step with the float64 oracle.
 """
 
 from __future__ import annotations
@@ -15,18 +15,17 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from conformance.checks import assert_close, check, describe
-from conformance.scheduler_strategies import (
+from conformance.strategies.scheduler import (
     SANA_CONFIG,
     SANA_STEPS,
     SDE,
     TrajectoryRecipe,
-    conversion_magnitude,
     sana_trajectory,
     scheduler_configs,
     synthetic_model_output,
     trajectories,
 )
-from conformance.tolerances import DPM_CONVERSION_ROUNDINGS, tolerance
+from conformance.tolerances import conversion_magnitude, dpm_atol_scale
 from reference import scheduler as oracle
 
 FAMILY = "scheduler"
@@ -59,8 +58,6 @@ def run_trajectory(backend, device, recipe: TrajectoryRecipe, *, clause: str):
         message=f"{context}: {len(scheduler.timesteps)} timesteps for {recipe.steps} steps",
     )
     sde = recipe.config.get("algorithm_type") == SDE
-    tol = tolerance(FAMILY, recipe.dtype)
-    rounding = DPM_CONVERSION_ROUNDINGS * torch.finfo(recipe.dtype).eps / 2
     sample, noises, magnitudes = recipe.initial_sample(device), recipe.noises(), []
     for index in range(recipe.steps):
         model_output = synthetic_model_output(reference, index, sample).to(recipe.dtype).to(device)
@@ -68,9 +65,8 @@ def run_trajectory(backend, device, recipe: TrajectoryRecipe, *, clause: str):
         got = scheduler.step(model_output, scheduler.timesteps[index], sample, **noise).prev_sample
         _, coeffs, _ = reference.update_coefficients(reference.order_for_step(index), index)
         magnitudes.insert(0, conversion_magnitude(reference, index, sample, model_output))
-        amplified = sum(abs(c) * g for c, g in zip(coeffs, magnitudes, strict=False))
         want = reference.step(model_output, int(reference.timesteps[index]), sample, **noise).prev_sample
-        yield index, context, got, want, 1.0 + rounding * amplified / tol.atol
+        yield index, context, got, want, dpm_atol_scale(recipe.dtype, coeffs, magnitudes)
         sample = got
 
 

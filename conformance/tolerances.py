@@ -55,9 +55,7 @@ def tolerance(family: str, dtype: torch.dtype) -> Tolerance:
 # The scheduler family (spec/scheduler.md, DPM-TOL). A step rounds its output once to the model
 # dtype; float32 rows also absorb diffusers' float32 schedule (sigma_min has relative error up to
 # 1.5e-4 from 1 - abar_0 = beta_start formed in float32). On top of the table, the absolute term
-# grows by DPM_CONVERSION_ROUNDINGS * eps/2 * sum_j |c_j| g_j: the data prediction may be formed in
-# the model dtype (diffusers does), and g_j bounds the magnitudes rounded there.
-DPM_CONVERSION_ROUNDINGS = 4
+# grows by DPM_CONVERSION_ROUNDINGS * eps/2 * sum_j |c_j| g_j (dpm_atol_scale).
 TOLERANCES["scheduler"] = {
     torch.float32: Tolerance(rtol=1e-4, atol=1e-4),
     torch.float16: Tolerance(rtol=2e-3, atol=1e-3),
@@ -68,3 +66,68 @@ TOLERANCES["scheduler-sigmas"] = {
     torch.float32: Tolerance(rtol=2e-4, atol=1e-7),
     torch.float64: Tolerance(rtol=1e-7, atol=1e-12),
 }
+
+
+# The scaling rules: how a family refines TOL-TABLE (each one justified in spec/tolerances.md and
+# in its family's clause). They scale the absolute term only (``assert_close(atol_scale=...)``) or
+# derive a bound from the table; none changes the table.
+
+
+def up_scale(x: torch.Tensor, *, limit: float | None = None, **_options) -> torch.Tensor:
+    """ACT-TOL: the absolute tolerance applies to the activation, so it scales with max(1, |up|)
+    (|up| clamped to the limit, for the clamped op)."""
+    up = x[..., x.shape[-1] // 2 :].detach().cpu().double().abs()
+    return (up if limit is None else up.clamp(max=limit)).clamp_min(1.0)
+
+
+def swiglu_step_bound(limit: float, dtype: torch.dtype) -> float:
+    """ACT-SWIGLU-STEP-BOUND: limit^2 up to one rounding of the output (the activations row's
+    rtol and atol)."""
+    tol = tolerance("activations", dtype)
+    return limit * limit * (1 + tol.rtol) + tol.atol
+
+
+def value_scale(v: torch.Tensor, q_heads: int, valid_keys: torch.Tensor | None = None) -> torch.Tensor:
+    """ATTN-TOL: max(1, max |v|) per (batch, kv head) over the keys in the sequence, per query head."""
+    v = v.detach().cpu().double().abs()
+    if valid_keys is not None:
+        v = v * valid_keys.cpu()[:, None, :, None]
+    per_head = v.amax(dim=(2, 3), keepdim=True).clamp_min(1.0)
+    return per_head.repeat_interleave(q_heads // v.shape[1], dim=1)
+
+
+# DPM-TOL: the data prediction may be formed in the model dtype (diffusers does), and g_j bounds
+# the magnitudes rounded there; each is rounded at most this many times.
+DPM_CONVERSION_ROUNDINGS = 4
+
+
+def conversion_magnitude(reference, index: int, sample: torch.Tensor, model_output: torch.Tensor):
+    """DPM-TOL: the magnitude g whose rounding in the model dtype bounds the data prediction's error:
+    epsilon (|x| + sigma_t |m|)/alpha_t; v alpha_t |x| + sigma_t |m|; flow |x| + sigma |m|; sample |m|.
+
+    ``reference`` is the oracle scheduler (reference.scheduler.DPMSolverMultistep) at step ``index``.
+    """
+    kind = reference.config.prediction_type
+    x = sample.detach().to("cpu", torch.float64).abs()
+    m = model_output.detach().to("cpu", torch.float64).abs()
+    sigma = reference.sigmas[index]
+    alpha_t, sigma_t = reference.alpha_sigma(sigma)
+    if kind == "epsilon":
+        return (x + sigma_t * m) / alpha_t
+    if kind == "v_prediction":
+        return alpha_t * x + sigma_t * m
+    if kind == "flow_prediction":
+        return x + sigma * m
+    return m
+
+
+def dpm_atol_scale(dtype: torch.dtype, coefficients, magnitudes) -> torch.Tensor | float:
+    """DPM-TOL: the factor on the scheduler row's atol, 1 + 4 (eps/2) sum_j |c_j| g_j / atol, for a
+    step with data-prediction coefficients c_j and magnitudes g_j (newest first, conversion_magnitude)."""
+    rounding = DPM_CONVERSION_ROUNDINGS * torch.finfo(dtype).eps / 2
+    amplified = sum(abs(c) * g for c, g in zip(coefficients, magnitudes, strict=False))
+    return 1.0 + rounding * amplified / tolerance("scheduler", dtype).atol
+
+
+# Every scaling rule above, by name: spec/tolerances.md documents each (tests/test_tolerances.py).
+SCALING_RULES = (up_scale, swiglu_step_bound, value_scale, conversion_magnitude, dpm_atol_scale)

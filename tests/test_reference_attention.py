@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from conformance.error_cases import ATTENTION_ERRORS, names
 from reference import attention, masks
 
 
@@ -87,26 +89,35 @@ def test_decode_ignores_stale_rows_and_equals_prefill_row():
 
 
 @pytest.mark.parametrize(
-    "call",
+    "call, argument",
     [
-        lambda q, k, v: attention.attention(
-            q,
-            k[:, :1].expand(2, 3, 9, 8),
-            v[:, :1].expand(2, 3, 9, 8),
-            allowed=torch.ones(9, 9, dtype=torch.bool),
-            scale=1.0,
+        (
+            lambda q, k, v: attention.attention(
+                q,
+                k[:, :1].expand(2, 3, 9, 8),
+                v[:, :1].expand(2, 3, 9, 8),
+                allowed=torch.ones(9, 9, dtype=torch.bool),
+                scale=1.0,
+            ),
+            "q",
         ),
-        lambda q, k, v: attention.attention(q, k, v, allowed=torch.ones(9, 9), scale=1.0),
-        lambda q, k, v: attention.attention(q, k, v, allowed=torch.ones(9, 9, dtype=torch.bool), scale=0.0),
-        lambda q, k, v: attention.prefill_attention(
-            q, k[:, :, :5], v[:, :, :5], sliding_window=None, padding_mask=None, scale=1.0
-        ),
-        lambda q, k, v: attention.decode_attention(
-            q, k, v, torch.tensor([3, 3]), sliding_window=None, scale=1.0
+        (lambda q, k, v: attention.attention(q, k, v, allowed=torch.ones(9, 9), scale=1.0), "allowed"),
+        (
+            lambda q, k, v: attention.attention(
+                q, k, v, allowed=torch.ones(9, 9, dtype=torch.bool), scale=0.0
+            ),
+            "scale",
         ),
     ],
 )
-def test_attention_oracle_rejects_bad_input(call):
-    """Bad input raises ValueError."""
-    with pytest.raises(ValueError):
+def test_attention_oracle_rejects_bad_input(call, argument):
+    """ATTN-ERRORS for the plain attention op: ValueError naming the argument."""
+    with pytest.raises(ValueError, match=names(argument)):
         call(*_qkv(0))
+
+
+@pytest.mark.parametrize("case", ATTENTION_ERRORS, ids=attrgetter("id"))
+def test_attention_oracle_raises_the_shared_error_cases(case):
+    """ATTN-ERRORS: every shared bad-input record raises ValueError naming the argument."""
+    with pytest.raises(case.exception, match=case.match):
+        case.call(attention)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+from operator import attrgetter
 
 import pytest
 import torch
 
+from conformance.error_cases import MASK_ERRORS
 from reference import masks
 
 
@@ -72,17 +74,8 @@ def test_encoder_mask_equals_transformers(window):
         assert torch.equal(BACKEND.encoder_attention_mask(17, sliding_window=window, padding_mask=pad), want)
 
 
-@pytest.mark.parametrize(
-    "call",
-    [
-        lambda: masks.encoder_attention_mask(0),
-        lambda: masks.encoder_attention_mask(3, sliding_window=0),
-        lambda: masks.encoder_attention_mask(3, padding_mask=torch.ones(1, 3)),
-        lambda: masks.swa_decode_mask(torch.tensor([4]), 3, window=1),
-        lambda: masks.swa_decode_mask(torch.tensor([1]), 3, window=0),
-    ],
-)
-def test_mask_oracle_rejects_bad_input(call):
-    """Bad input raises ValueError."""
-    with pytest.raises(ValueError):
-        call()
+@pytest.mark.parametrize("case", MASK_ERRORS, ids=attrgetter("id"))
+def test_mask_oracle_rejects_bad_input(case):
+    """MASK-ERRORS: every shared bad-input record raises ValueError naming the argument."""
+    with pytest.raises(case.exception, match=case.match):
+        case.call(masks)

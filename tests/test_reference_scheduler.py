@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from conformance.scheduler_strategies import TrajectoryRecipe, synthetic_model_output
+from conformance.strategies.scheduler import TrajectoryRecipe, synthetic_model_output
 from conformance.tolerances import tolerance
 from reference import scheduler as oracle
 

@@ -1,8 +1,6 @@
-"""Hypothesis strategies for the conformance properties.
+"""Hypothesis strategies for the activation properties (spec/activations.md).
 
-Tensors are drawn as *recipes* (shape, dtype, seed, distribution, layout) and materialized
-with a seeded generator: the falsifying example Hypothesis prints is then short and exact, and
-shrinking touches a few integers instead of thousands of floats.
+Inputs are drawn as a ``TensorRecipe`` (shape, dtype, seed, distribution, layout).
 """
 
 from __future__ import annotations
@@ -13,7 +11,8 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+from conformance.strategies.common import FLOAT_DTYPES, seeds
+
 LAYOUTS = ("contiguous", "strided", "transposed")
 
 # ACT-GEGLU-MODES: |gelu_erf - gelu_tanh| is above 3e-5 on most of 1 <= |x| <= 3.5 (4.7e-4 near
@@ -103,7 +102,7 @@ def gated_inputs(
     return TensorRecipe(
         shape=draw(gated_shapes(max_numel=max_numel)),
         dtype=draw(st.sampled_from(dtypes)),
-        seed=draw(st.integers(0, 2**32 - 1)),
+        seed=draw(seeds(bits=32)),
         scale=draw(st.sampled_from(scales)),
         distribution=distribution,
         layout=draw(st.sampled_from(layouts)),

@@ -1,7 +1,5 @@
-"""Hypothesis strategies for the mask and attention properties (spec/masks.md, spec/attention.md).
-
-Everything is drawn as a small seeded recipe (sizes, a pattern name, a seed) and materialized
-on demand, so a falsifying example prints as a handful of integers.
+"""Hypothesis strategies for the mask properties (spec/masks.md): encoder-mask cases, windows,
+padding patterns and decode-mask cases (the attention properties reuse the windows and padding).
 """
 
 from __future__ import annotations
@@ -11,10 +9,9 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
+from conformance.strategies.common import seeds
+
 PADDING_PATTERNS = ("none", "right", "left", "holes")
-ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-HEAD_DIMS = (16, 32, 64, 128, 256)
-GQA_RATIOS = (1, 2, 4)
 
 
 def make_padding_mask(pattern: str, batch: int, seq_len: int, seed: int) -> torch.Tensor | None:
@@ -67,7 +64,7 @@ def mask_cases(draw, *, max_seq_len: int = 300, paddings=PADDING_PATTERNS) -> Ma
         sliding_window=draw(windows(seq_len)),
         batch=draw(st.integers(1, 4)),
         padding=draw(st.sampled_from(paddings)),
-        seed=draw(st.integers(0, 2**31 - 1)),
+        seed=draw(seeds()),
     )
 
 
@@ -80,59 +77,3 @@ def decode_mask_cases(draw, *, max_kv_len: int = 300) -> tuple[torch.Tensor, int
     )
     window = draw(st.one_of(st.sampled_from(sorted({1, kv_len, kv_len + 1})), st.integers(1, kv_len + 2)))
     return torch.tensor(lengths, dtype=torch.int64), kv_len, window
-
-
-@dataclass(frozen=True)
-class AttentionRecipe:
-    """q [B, Hq, Sq, D], k/v [B, Hkv, Sk, D] in ``dtype``, normal values times ``scale``."""
-
-    batch: int
-    q_heads: int
-    kv_heads: int
-    q_len: int
-    kv_len: int
-    head_dim: int
-    dtype: torch.dtype
-    seed: int
-    scale: float = 1.0
-
-    def make(self, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        gen = torch.Generator().manual_seed(self.seed)
-
-        def draw(heads: int, length: int) -> torch.Tensor:
-            values = torch.randn(self.batch, heads, length, self.head_dim, generator=gen, dtype=torch.float64)
-            return (values * self.scale).to(self.dtype).to(device)
-
-        return (
-            draw(self.q_heads, self.q_len),
-            draw(self.kv_heads, self.kv_len),
-            draw(self.kv_heads, self.kv_len),
-        )
-
-
-@st.composite
-def attention_recipes(
-    draw,
-    *,
-    q_len=None,
-    max_len: int = 96,
-    dtypes=ATTENTION_DTYPES,
-    scales=(0.5, 1.0, 2.0),
-    same_len: bool = True,
-) -> AttentionRecipe:
-    """Shapes with head dims 16..256 and GQA ratios 1, 2, 4; total size kept small."""
-    kv_len = draw(st.one_of(st.integers(1, 8), st.integers(9, max_len)))
-    kv_heads = draw(st.integers(1, 2))
-    head_dim = draw(st.sampled_from(HEAD_DIMS))
-    batch = draw(st.integers(1, 3 if head_dim <= 64 else 2))
-    return AttentionRecipe(
-        batch=batch,
-        q_heads=kv_heads * draw(st.sampled_from(GQA_RATIOS)),
-        kv_heads=kv_heads,
-        q_len=kv_len if same_len else (q_len or draw(st.integers(1, max_len))),
-        kv_len=kv_len,
-        head_dim=head_dim,
-        dtype=draw(st.sampled_from(dtypes)),
-        seed=draw(st.integers(0, 2**31 - 1)),
-        scale=draw(st.sampled_from(scales)),
-    )

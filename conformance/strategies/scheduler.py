@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import torch
 from hypothesis import strategies as st
 
+from conformance.strategies.common import FLOAT_DTYPES, seeds
 from reference import scheduler as oracle
 
-MODEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MODEL_DTYPES = FLOAT_DTYPES
 # SANA's scheduler (spec/scheduler.md, DPM-CONFIG): everything else at diffusers' defaults.
 SANA_CONFIG = {"flow_shift": 3.0, "use_flow_sigmas": True, "prediction_type": "flow_prediction"}
 SANA_STEPS = 20
@@ -67,23 +68,6 @@ def synthetic_model_output(reference: oracle.DPMSolverMultistep, index: int, sam
     return (x - x0) / sigma  # flow_prediction: v with x0 = x - sigma v
 
 
-def conversion_magnitude(reference, index: int, sample: torch.Tensor, model_output: torch.Tensor):
-    """DPM-TOL: the magnitude whose rounding in the model dtype bounds the data prediction's error:
-    epsilon (|x| + sigma_t |m|)/alpha_t; v alpha_t |x| + sigma_t |m|; flow |x| + sigma |m|; sample |m|."""
-    kind = reference.config.prediction_type
-    x = sample.detach().to("cpu", torch.float64).abs()
-    m = model_output.detach().to("cpu", torch.float64).abs()
-    sigma = reference.sigmas[index]
-    alpha_t, sigma_t = reference.alpha_sigma(sigma)
-    if kind == "epsilon":
-        return (x + sigma_t * m) / alpha_t
-    if kind == "v_prediction":
-        return alpha_t * x + sigma_t * m
-    if kind == "flow_prediction":
-        return x + sigma * m
-    return m
-
-
 @st.composite
 def scheduler_configs(draw, *, algorithms=("dpmsolver++", SDE), orders=(1, 2, 3), sde_third_order=False):
     """Configurations over every contract field; the third-order SDE step only when asked (DPM-SDE3)."""
@@ -119,7 +103,7 @@ def trajectories(draw, *, configs=None, dtypes=MODEL_DTYPES, max_steps: int = 50
         steps=draw(st.one_of(st.integers(1, 20), st.integers(21, max_steps))),
         shape=shape,
         dtype=draw(st.sampled_from(dtypes)),
-        seed=draw(st.integers(0, 2**31 - 1)),
+        seed=draw(seeds()),
     )
 
 
