@@ -9,6 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import backends
 from conformance.checks import assert_close, check_raises, describe
 from conformance.error_cases import ATTENTION_ERRORS, check_backend_raises, params
 from conformance.strategies.attention import attention_recipes, decode_lengths, windows_inside
@@ -141,8 +142,9 @@ def test_decode_matches_oracle(backend, device, data, recipe, poison):
 @given(data=st.data(), recipe=attention_recipes(dtypes=(torch.float32,), max_len=80))
 def test_decode_equals_prefill_row(backend, device, data, recipe):
     """Decoding the token at position p gives row p of the same backend's prefill (same W)."""
-    if not callable(getattr(backend, "prefill_attention", None)):
-        pytest.skip(f"not implemented: backend {backend.name!r} has no op 'prefill_attention'")
+    reason = backends.not_implemented_reason(backend, "prefill_attention")
+    if reason:
+        pytest.skip(reason)
     sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
     positions = data.draw(decode_lengths(recipe.batch, recipe.kv_len), label="lengths") - 1
     q, k, v = recipe.make(device)
