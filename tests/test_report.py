@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from report_runs import opconform, shared_reports
 
+from conformance import results
 from opconform import render, report
 
 
@@ -180,5 +181,5 @@ def test_html_filters_hide_other_backends(html_report):
 
 def test_json_report_is_versioned(declared):
     """The document names its schema and version; load() refuses other files clearly."""
-    assert declared["schema"] == "opconform-results" and declared["version"] == report.SUPPORTED_VERSIONS[-1]
+    assert declared["schema"] == results.SCHEMA and declared["version"] == results.VERSION
     assert json.loads(json.dumps(declared)) == declared

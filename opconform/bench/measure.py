@@ -196,8 +196,8 @@ def _context():
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
         # The server imports torch once; each worker forks from it (no torch re-import per
-        # case) and has never run a torch op, so its thread pools start fresh. (conformance.bench
-        # is not preloaded: it may be __main__, which multiprocessing re-runs as __mp_main__.)
+        # case) and has never run a torch op, so its thread pools start fresh. (The bench modules
+        # are not preloaded: one may be __main__, which multiprocessing re-runs as __mp_main__.)
         ctx.set_forkserver_preload(["torch", "backends", "benchmarks.cases"])
         return ctx
     return multiprocessing.get_context("spawn")
