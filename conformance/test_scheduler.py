@@ -14,12 +14,15 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from conformance.checks import assert_close, check, describe
+from conformance.checks import ConformanceError, assert_close, check, describe
 from conformance.strategies.scheduler import (
+    CONSTRUCT_CASES,
+    DEFAULT_CONFIG,
     SANA_CONFIG,
     SANA_STEPS,
     SDE,
     TrajectoryRecipe,
+    partial_configs,
     sana_trajectory,
     scheduler_configs,
     synthetic_model_output,
@@ -44,10 +47,11 @@ def prev_sample_of(result, *, return_dict: bool = True) -> torch.Tensor:
     return result.prev_sample if return_dict else result[0]
 
 
-def run_trajectory(backend, device, recipe: TrajectoryRecipe, *, clause: str):
+def run_trajectory(backend, device, recipe: TrajectoryRecipe, *, clause: str, backend_config=None):
     """Drive the backend and the oracle through one schedule in lockstep (the oracle gets the
-    backend's own samples); yield (index, context, got, expected, atol_scale) per step."""
-    scheduler = backend.dpm_scheduler(**recipe.config)
+    backend's own samples); yield (index, context, got, expected, atol_scale) per step. The backend
+    is built from ``backend_config`` when given (DPM-CONSTRUCT: keys left out), else the recipe's."""
+    scheduler = backend.dpm_scheduler(**(recipe.config if backend_config is None else backend_config))
     reference = oracle.DPMSolverMultistep(**recipe.config)
     scheduler.set_timesteps(recipe.steps, device=device)
     reference.set_timesteps(recipe.steps)
@@ -141,6 +145,60 @@ def test_timesteps_and_sigmas_match_oracle(backend, device, config, steps):
         family="scheduler-sigmas",
         context=f"{context}: sigmas",
     )
+
+
+def check_construction(backend, device, config: dict, steps: int) -> None:
+    """DPM-CONSTRUCT: the backend built from ``config`` (keys left out) gives the timesteps, sigmas and
+    every step of the oracle built from DPM-CONFIG's defaults with ``config`` on top."""
+    full = {**DEFAULT_CONFIG, **config}
+    omitted = sorted(set(full) - set(config))
+    context = f"{describe(backend, device, OP, config=config, steps=steps)}, omitted={omitted}"
+    recipe = TrajectoryRecipe(config=full, steps=steps, shape=(2, 8), dtype=torch.float32, seed=13)
+    try:
+        scheduler = backend.dpm_scheduler(**config)
+        scheduler.set_timesteps(steps, device=device)
+        reference = oracle.DPMSolverMultistep(**full)
+        reference.set_timesteps(steps)
+        got, want = scheduler.timesteps.detach().cpu().tolist(), reference.timesteps.tolist()
+        check(got == want, clause="DPM-CONSTRUCT", message=f"{context}: timesteps {got}, expected {want}")
+        assert_close(
+            scheduler.sigmas.detach(),
+            reference.sigmas,
+            clause="DPM-CONSTRUCT",
+            family="scheduler-sigmas",
+            context=f"{context}: sigmas",
+        )
+        steps_run = run_trajectory(backend, device, recipe, clause="DPM-CONSTRUCT", backend_config=config)
+        for index, _, got, want, atol_scale in steps_run:
+            step_context = f"{context}, step {index} of {steps}"
+            assert_close(
+                got, want, clause="DPM-CONSTRUCT", family=FAMILY, atol_scale=atol_scale, context=step_context
+            )
+    except ConformanceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a construction that crashes breaks the clause
+        check(False, clause="DPM-CONSTRUCT", message=f"{context}: raised {type(exc).__name__}: {exc}")
+
+
+@pytest.mark.clause("DPM-CONSTRUCT")
+@pytest.mark.op(OP)
+@pytest.mark.parametrize(
+    "config, steps",
+    [pytest.param(config, steps, id=f"without-{key}") for key, (config, steps) in CONSTRUCT_CASES.items()]
+    + [pytest.param({}, 10, id="without-all"), pytest.param(SANA_CONFIG, SANA_STEPS, id="sana-published")],
+)
+def test_omitted_keys_take_diffusers_defaults(backend, device, config, steps):
+    """Each key left out of the configuration behaves as diffusers' default; SANA's published config
+    (only its three keys) gives SANA's schedule and steps."""
+    check_construction(backend, device, config, steps)
+
+
+@pytest.mark.clause("DPM-CONSTRUCT")
+@pytest.mark.op(OP)
+@given(config=partial_configs(), steps=st.integers(1, 25))
+def test_partial_configs_take_diffusers_defaults(backend, device, config, steps):
+    """Any subset of a drawn configuration's keys left out behaves as diffusers' defaults."""
+    check_construction(backend, device, config, steps)
 
 
 def filter_step_kwargs(step, kwargs: dict) -> dict:

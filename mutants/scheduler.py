@@ -190,3 +190,48 @@ BACKENDS += [
     MutantBackend("wrong-final-sigma-sigma-min", FinalSigmaSigmaMin),
     MutantBackend("wrong-output-left-in-float32", OutputLeftInFloat32),
 ]
+
+
+class BetaScheduleDefaultScaledLinear(PortedScheduler):
+    """beta_schedule defaults to "scaled_linear" when the config leaves it out (diffusers: "linear").
+
+    Origin: the SANA port's scheduler wrapper declared its own constructor defaults
+    (``beta_schedule="scaled_linear"``, the Stable Diffusion value) instead of the wrapped
+    ``DPMSolverMultistepScheduler``'s, so a config without the key gets other VP sigmas from the
+    very first step (spec/scheduler.md, DPM-CONSTRUCT).
+    Caught by: DPM-CONSTRUCT.
+    """
+
+    clauses = {"DPM-CONSTRUCT"}
+
+    def make_inner(self, config):
+        return DPMSolverMultistep(**{"beta_schedule": "scaled_linear", **config})
+
+
+class _UncheckedFlowShift(DPMSolverMultistep):
+    """The oracle holding whatever flow_shift it is given, unchecked, as diffusers 0.42 does."""
+
+    def __init__(self, *, flow_shift, **config):
+        super().__init__(**config)
+        object.__setattr__(self.config, "flow_shift", flow_shift)
+
+
+class FlowShiftNoneDefault(PortedScheduler):
+    """flow_shift defaults to None when the config leaves it out (diffusers: 1.0).
+
+    Origin: the same SANA wrapper's ``flow_shift=None`` default, forwarded to the inner scheduler;
+    diffusers 0.42 accepts None and then raises ``TypeError`` in ``set_timesteps`` with
+    ``use_flow_sigmas=True`` (None * sigmas), which this reproduces (spec/scheduler.md, DPM-CONSTRUCT).
+    Caught by: DPM-CONSTRUCT.
+    """
+
+    clauses = {"DPM-CONSTRUCT"}
+
+    def make_inner(self, config):
+        return _UncheckedFlowShift(**{"flow_shift": None, **config})
+
+
+BACKENDS += [
+    MutantBackend("wrong-beta-schedule-default", BetaScheduleDefaultScaledLinear),
+    MutantBackend("wrong-flow-shift-none-default", FlowShiftNoneDefault),
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
 
 import pytest
@@ -233,8 +234,11 @@ SPEC_DEFAULTS = {  # written from spec/scheduler.md, DPM-CONFIG
 
 @pytest.mark.clause("DPM-CONFIG")
 def test_configuration_defaults_are_the_spec_and_diffusers_defaults():
-    """The oracle's configuration defaults are DPM-CONFIG's, which are diffusers' (the peer)."""
+    """The oracle's configuration defaults are DPM-CONFIG's, which are diffusers' (the peer): its built
+    config and its ``__init__`` signature, the source DPM-CONSTRUCT cites."""
     config = oracle.DPMSolverMultistep().config
     assert {key: getattr(config, key) for key in SPEC_DEFAULTS} == SPEC_DEFAULTS
-    peer = diffusers_class()().config
-    assert {key: peer[key] for key in SPEC_DEFAULTS} == SPEC_DEFAULTS
+    peer = diffusers_class()
+    assert {key: peer().config[key] for key in SPEC_DEFAULTS} == SPEC_DEFAULTS
+    signature = inspect.signature(peer.__init__).parameters
+    assert {key: signature[key].default for key in SPEC_DEFAULTS} == SPEC_DEFAULTS

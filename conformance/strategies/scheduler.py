@@ -8,7 +8,7 @@ denoising run that a wrong solver step visibly changes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from hypothesis import strategies as st
@@ -21,6 +21,29 @@ MODEL_DTYPES = FLOAT_DTYPES
 SANA_CONFIG = {"flow_shift": 3.0, "use_flow_sigmas": True, "prediction_type": "flow_prediction"}
 SANA_STEPS = 20
 SDE = "sde-dpmsolver++"
+# DPM-CONFIG: the full default configuration (the oracle's, which are diffusers' 0.42 defaults:
+# tests/test_reference_scheduler.py checks both). DPM-CONSTRUCT compares a backend built with keys
+# left out against the oracle built from these defaults with the given keys on top.
+DEFAULT_CONFIG = asdict(oracle.SchedulerConfig())
+# DPM-CONSTRUCT: each key that a wrapper's own default could change, with a context (the keys that
+# are given) in which leaving it out is visible within the steps, and the step count.
+CONSTRUCT_CASES = {
+    "beta_schedule": ({}, 10),
+    "beta_start": ({}, 10),
+    "beta_end": ({}, 10),
+    "num_train_timesteps": ({}, 10),
+    "use_flow_sigmas": ({}, 10),
+    "flow_shift": ({"use_flow_sigmas": True, "prediction_type": "flow_prediction"}, 10),
+    "solver_order": ({}, 10),
+    "solver_type": ({}, 10),
+    "algorithm_type": ({}, 10),
+    "prediction_type": ({}, 10),
+    "final_sigmas_type": ({}, 10),
+    # lower_order_final shows only where it changes an order: third order, a nonzero final sigma.
+    "lower_order_final": ({"solver_order": 3, "final_sigmas_type": "sigma_min"}, 6),
+    "euler_at_final": ({"final_sigmas_type": "sigma_min"}, 20),
+    "timestep_spacing": ({}, 10),
+}
 
 
 @dataclass(frozen=True)
@@ -88,6 +111,14 @@ def scheduler_configs(draw, *, algorithms=("dpmsolver++", SDE), orders=(1, 2, 3)
         "final_sigmas_type": draw(st.sampled_from(oracle.FINAL_SIGMAS_TYPES)),
         "timestep_spacing": draw(st.sampled_from(oracle.TIMESTEP_SPACINGS)),
     }
+
+
+@st.composite
+def partial_configs(draw):
+    """DPM-CONSTRUCT: a drawn configuration with a drawn subset of its keys left out."""
+    config = draw(scheduler_configs())
+    omitted = draw(st.sets(st.sampled_from(sorted(config))))
+    return {key: value for key, value in config.items() if key not in omitted}
 
 
 @st.composite
