@@ -56,19 +56,22 @@ def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torc
     return _normalized(x, eps) * (1.0 + weight.detach().to(x.device, torch.float64))
 
 
+def _add_then_norm(norm, x, residual, weight, eps) -> tuple[torch.Tensor, torch.Tensor]:
+    """NORM-FUSED-ADD: (norm(x + residual), x + residual), the sum exact in float64."""
+    validate_norm_args(x, weight, eps, residual)
+    total = x.detach().to(torch.float64) + residual.detach().to(x.device, torch.float64)
+    return norm(total, weight, eps=eps), total
+
+
 def fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NORM-FUSED-ADD: (rms_norm(x + residual), x + residual), the sum returned as the residual."""
-    validate_norm_args(x, weight, eps, residual)
-    total = x.detach().to(torch.float64) + residual.detach().to(x.device, torch.float64)
-    return rms_norm(total, weight, eps=eps), total
+    return _add_then_norm(rms_norm, x, residual, weight, eps)
 
 
 def gemma_fused_add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NORM-FUSED-ADD: (gemma_rms_norm(x + residual), x + residual)."""
-    validate_norm_args(x, weight, eps, residual)
-    total = x.detach().to(torch.float64) + residual.detach().to(x.device, torch.float64)
-    return gemma_rms_norm(total, weight, eps=eps), total
+    return _add_then_norm(gemma_rms_norm, x, residual, weight, eps)
