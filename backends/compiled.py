@@ -72,3 +72,105 @@ class CompiledBackend:
 
 
 BACKEND = CompiledBackend()
+
+
+# --- norms (spec/norms.md), in its own block ---------------------------------------------------
+# Validation runs eagerly; each op flattens x to [rows, d] and passes eps as a 0-dim float32
+# tensor, so new shapes and eps values are inputs, not guards. Dynamo specializes sizes 0 and 1,
+# so a single row is padded with a zero row (its own norm, discarded) and d == 1 (a degenerate
+# norm) runs natively: each kernel compiles once per input dtype, never per example.
+
+from reference.norms import validate_norm_args  # noqa: E402
+
+
+@functools.cache
+def _norm_kernels():
+    compile_ = functools.partial(torch.compile, dynamic=True)
+
+    def normalized(h, eps):
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+
+    @compile_
+    def rms(x, weight, eps):
+        # NORM-RMS in LlamaRMSNorm's order: float32, cast back, then the weight.
+        return normalized(x.float(), eps).to(x.dtype) * weight.to(x.dtype)
+
+    @compile_
+    def gemma(x, weight, eps):
+        # NORM-GEMMA: the product with (1 + weight) in float32, cast back once.
+        return (normalized(x.float(), eps) * (1.0 + weight.float())).to(x.dtype)
+
+    @compile_
+    def fused_rms(x, residual, weight, eps):
+        total = x.float() + residual.float()
+        return normalized(total, eps).to(x.dtype) * weight.to(x.dtype), total.to(x.dtype)
+
+    @compile_
+    def fused_gemma(x, residual, weight, eps):
+        total = x.float() + residual.float()
+        return (normalized(total, eps) * (1.0 + weight.float())).to(x.dtype), total.to(x.dtype)
+
+    return {"rms": rms, "gemma": gemma, "fused_rms": fused_rms, "fused_gemma": fused_gemma}
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """x as [rows, d] with rows >= 2 (a zero row appended to a single row). Detached, so the
+    kernel never sees a view: dynamo guards on a view's base, whose rank varies (a recompile)."""
+    rows = x.reshape(-1, x.shape[-1]).detach()
+    return torch.cat([rows, rows.new_zeros(1, rows.shape[1])]) if rows.shape[0] == 1 else rows
+
+
+def _native_only(x: torch.Tensor) -> bool:
+    """float64 (NORM-DTYPE: float32 or better, so it stays in float64) and d == 1 run natively."""
+    return x.dtype == torch.float64 or x.shape[-1] == 1
+
+
+def _eps(eps: float, device) -> torch.Tensor:
+    return torch.tensor(eps, dtype=torch.float32, device=device)
+
+
+def _single(kernel: str, x, weight, eps):
+    eps = validate_norm_args(x, weight, eps)
+    if _native_only(x):
+        from backends import native
+
+        return getattr(native, "rms_norm" if kernel == "rms" else "gemma_rms_norm")(x, weight, eps=eps)
+    out = _norm_kernels()[kernel](_rows(x), weight, _eps(eps, x.device))
+    return out[: x.numel() // x.shape[-1]].reshape(x.shape)
+
+
+def _pair(kernel: str, x, residual, weight, eps):
+    eps = validate_norm_args(x, weight, eps, residual)
+    if _native_only(x):
+        from backends import native
+
+        op = "fused_add_rms_norm" if kernel == "fused_rms" else "gemma_fused_add_rms_norm"
+        return getattr(native, op)(x, residual, weight, eps=eps)
+    normed, total = _norm_kernels()[kernel](_rows(x), _rows(residual), weight, _eps(eps, x.device))
+    rows = x.numel() // x.shape[-1]
+    return normed[:rows].reshape(x.shape), total[:rows].reshape(x.shape)
+
+
+def _rms_norm(self, x, weight, *, eps):
+    return _single("rms", x, weight, eps)
+
+
+def _gemma_rms_norm(self, x, weight, *, eps):
+    return _single("gemma", x, weight, eps)
+
+
+def _fused_add_rms_norm(self, x, residual, weight, *, eps):
+    return _pair("fused_rms", x, residual, weight, eps)
+
+
+def _gemma_fused_add_rms_norm(self, x, residual, weight, *, eps):
+    return _pair("fused_gemma", x, residual, weight, eps)
+
+
+for _name, _op in {
+    "rms_norm": _rms_norm,
+    "gemma_rms_norm": _gemma_rms_norm,
+    "fused_add_rms_norm": _fused_add_rms_norm,
+    "gemma_fused_add_rms_norm": _gemma_fused_add_rms_norm,
+}.items():
+    setattr(CompiledBackend, _name, _op)

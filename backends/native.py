@@ -129,3 +129,62 @@ swa_decode_mask = NativeBackend.swa_decode_mask
 attention = NativeBackend.attention
 prefill_attention = NativeBackend.prefill_attention
 decode_attention = NativeBackend.decode_attention
+
+
+# --- norms (spec/norms.md) -------------------------------------------------------------------
+# Its own block, attached to NativeBackend below, so the activation and attention parts stay as
+# they are. Float32 (or better) compute, the casts exactly where the field's reference code has them.
+
+from reference.norms import validate_norm_args  # noqa: E402
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """NORM-DTYPE: float32, or the input's dtype when it is wider."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _normalized(h: torch.Tensor, eps: float) -> torch.Tensor:
+    """h * rsqrt(mean(h^2, -1) + eps) in h's dtype (NORM-EPS: eps inside the root)."""
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """NORM-RMS, LlamaRMSNorm's order: cast to the input dtype, THEN multiply by weight."""
+    return _normalized(h, eps).to(dtype) * weight.to(dtype)
+
+
+def _gemma_rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """NORM-GEMMA: (normalized * (1 + weight)) in the compute dtype, cast to the input dtype once."""
+    return (_normalized(h, eps) * (1.0 + weight.to(h.dtype))).to(dtype)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
+    eps = validate_norm_args(x, weight, eps)
+    return _rms_norm(x.to(_compute_dtype(x.dtype)), weight, eps, x.dtype)
+
+
+def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
+    eps = validate_norm_args(x, weight, eps)
+    return _gemma_rms_norm(x.to(_compute_dtype(x.dtype)), weight, eps, x.dtype)
+
+
+def _fused(norm, x, residual, weight, eps):
+    """NORM-FUSED-ADD as vLLM's forward_native: the sum in float32, rounded once for the residual
+    output; the norm of the float32 sum. Returns (normed, new_residual)."""
+    eps = validate_norm_args(x, weight, eps, residual)
+    compute = _compute_dtype(x.dtype)
+    total = x.to(compute) + residual.to(compute)
+    return norm(total, weight, eps, x.dtype), total.to(x.dtype)
+
+
+def fused_add_rms_norm(x, residual, weight, *, eps):
+    return _fused(_rms_norm, x, residual, weight, eps)
+
+
+def gemma_fused_add_rms_norm(x, residual, weight, *, eps):
+    return _fused(_gemma_rms_norm, x, residual, weight, eps)
+
+
+NORM_OPS = (rms_norm, gemma_rms_norm, fused_add_rms_norm, gemma_fused_add_rms_norm)
+for _op in NORM_OPS:
+    setattr(NativeBackend, _op.__name__, staticmethod(_op))

@@ -146,3 +146,29 @@ OPS: dict[str, str] = {
 def protocol_ops(protocol: type) -> list[str]:
     """The op method names a family protocol declares, in definition order."""
     return [name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")]
+
+
+# --- norms (spec/norms.md), in its own block -------------------------------------------------
+
+
+class NormOps(Protocol):
+    """spec/norms.md (reference/norms.py)."""
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor: ...
+
+    def gemma_rms_norm(self, x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor: ...
+
+    def fused_add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (normed, new_residual) with new_residual = x + residual."""
+        ...
+
+    def gemma_fused_add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+__all__ += ["NormOps"]
+FAMILIES["norms"] = NormOps
+OPS.update({op: "norms" for op in protocol_ops(NormOps)})

@@ -27,3 +27,25 @@ def test_new_shapes_and_limits_do_not_recompile():
         BACKEND.gelu_and_mul(x, approximate="tanh")
         BACKEND.silu_and_mul(x)
     assert counters["stats"]["unique_graphs"] == before
+
+
+def test_norms_compile_once_per_dtype():
+    """After one warm-up call per dtype, new shapes (a single row and d = 1 included) and eps
+    values add no compiled frame to the norm kernels."""
+    from torch._dynamo.utils import counters
+
+    ops = ("rms_norm", "gemma_rms_norm", "fused_add_rms_norm", "gemma_fused_add_rms_norm")
+
+    def call_all(shape, dtype, eps):
+        x, r, w = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype), torch.randn(shape[-1]).to(dtype)
+        for op in ops:
+            getattr(BACKEND, op)(*((x, r, w) if "fused" in op else (x, w)), eps=eps)
+
+    dtypes = (torch.float32, torch.bfloat16)
+    for dtype in dtypes:
+        call_all((3, 5, 8), dtype, 1e-6)
+    before = counters["stats"]["unique_graphs"]
+    for i, shape in enumerate([(2, 6), (7, 4, 10), (1, 64), (6,), (4, 1), (5, 2048)]):
+        for dtype in dtypes:
+            call_all(shape, dtype, 1e-6 * (i + 1))
+    assert counters["stats"]["unique_graphs"] == before

@@ -1,0 +1,128 @@
+"""Conformance properties for spec/norms.md (RMSNorm, Gemma RMSNorm, the fused residual-add forms).
+
+Each test names its clauses with ``@pytest.mark.clause``; the backend/device pairs come from
+the opconform plugin. Every comparison uses the norms rows of TOL-TABLE unscaled (NORM-TOL).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.checks import assert_close, check, describe
+from conformance.error_cases import NORM_ERRORS, check_backend_raises, params
+from conformance.strategies.norms import FLOAT16_EXTREME_SCALES, eps_scale_inputs, norm_inputs
+from reference import norms as oracle
+
+FAMILY = "norms"
+
+
+def _ops(*names: str) -> list:
+    return [pytest.param(op, marks=pytest.mark.op(op), id=op) for op in names]
+
+
+SINGLE_OPS = _ops("rms_norm", "gemma_rms_norm")
+FUSED_OPS = _ops("fused_add_rms_norm", "gemma_fused_add_rms_norm")
+
+
+def _call(backend, op: str, x, residual, weight, eps):
+    """The op's outputs as a tuple (one output, or the fused pair) and the oracle's."""
+    args = (x, residual, weight) if "fused" in op else (x, weight)
+    got = getattr(backend, op)(*args, eps=eps)
+    want = getattr(oracle, op)(*(a.cpu() for a in args), eps=eps)
+    return (got if "fused" in op else (got,)), (want if "fused" in op else (want,))
+
+
+def _compare(backend, device, op, recipe, clause: str) -> None:
+    x, residual, weight = recipe.make(device)
+    got, want = _call(backend, op, x, residual, weight, recipe.eps)
+    names = ("normed", "new_residual") if "fused" in op else ("out",)
+    for name, a, e in zip(names, got, want, strict=True):
+        assert_close(
+            a,
+            e,
+            clause=clause,
+            family=FAMILY,
+            context=f"{describe(backend, device, op, eps=recipe.eps)}: {name}, x scale {recipe.scale:g}",
+        )
+
+
+@pytest.mark.clause("NORM-RMS")
+@pytest.mark.op("rms_norm")
+@given(recipe=norm_inputs())
+def test_rms_norm_matches_oracle(backend, device, recipe):
+    """rms_norm equals x * rsqrt(mean(x^2) + eps) * weight within the dtype tolerance."""
+    _compare(backend, device, "rms_norm", recipe, "NORM-RMS")
+
+
+@pytest.mark.clause("NORM-GEMMA")
+@pytest.mark.op("gemma_rms_norm")
+@given(recipe=norm_inputs())
+def test_gemma_rms_norm_matches_oracle(backend, device, recipe):
+    """gemma_rms_norm equals x * rsqrt(mean(x^2) + eps) * (1 + weight) within the dtype tolerance."""
+    _compare(backend, device, "gemma_rms_norm", recipe, "NORM-GEMMA")
+
+
+@pytest.mark.clause("NORM-EPS")
+@pytest.mark.parametrize("op", SINGLE_OPS)
+@given(recipe=eps_scale_inputs())
+def test_eps_is_inside_the_root(backend, device, op, recipe):
+    """On float32 rows whose mean square is comparable to eps the output is the oracle's."""
+    _compare(backend, device, op, recipe, "NORM-EPS")
+
+
+@pytest.mark.clause("NORM-FUSED-ADD")
+@pytest.mark.parametrize("op", FUSED_OPS)
+@given(recipe=norm_inputs())
+def test_fused_add_returns_norm_of_sum_and_sum(backend, device, op, recipe):
+    """The fused op returns (norm(x + residual), x + residual), in that order, and leaves its inputs alone."""
+    x, residual, weight = recipe.make(device)
+    before = (x.clone(), residual.clone())
+    out = getattr(backend, op)(x, residual, weight, eps=recipe.eps)
+    context = describe(backend, device, op, eps=recipe.eps)
+    check(
+        isinstance(out, tuple | list) and len(out) == 2,
+        clause="NORM-FUSED-ADD",
+        message=f"{context}: returned {type(out).__name__}, expected the pair (normed, new_residual)",
+    )
+    want = getattr(oracle, op)(x.cpu(), residual.cpu(), weight.cpu(), eps=recipe.eps)
+    for name, a, e in zip(("normed", "new_residual"), out, want, strict=True):
+        assert_close(a, e, clause="NORM-FUSED-ADD", family=FAMILY, context=f"{context}: {name}")
+    check(
+        torch.equal(x, before[0]) and torch.equal(residual, before[1]),
+        clause="NORM-FUSED-ADD",
+        message=f"{context}: x or residual was modified in place",
+    )
+
+
+@pytest.mark.clause("NORM-DTYPE")
+@pytest.mark.parametrize("op", SINGLE_OPS + FUSED_OPS)
+@given(
+    recipe=st.one_of(
+        norm_inputs(dtypes=(torch.float16,), scales=FLOAT16_EXTREME_SCALES),
+        norm_inputs(max_numel=1 << 12),
+    )
+)
+def test_output_dtype_and_float32_compute(backend, device, op, recipe):
+    """Every output has x's dtype, shape and device, and float16 rows whose squares overflow or
+    underflow in float16 still match the oracle (the compute is float32 or better)."""
+    x, residual, weight = recipe.make(device)
+    got, want = _call(backend, op, x, residual, weight, recipe.eps)
+    context = describe(backend, device, op, eps=recipe.eps) + f", x scale {recipe.scale:g}"
+    for a, e in zip(got, want, strict=True):
+        check(
+            a.dtype == x.dtype and a.shape == x.shape and a.device == x.device,
+            clause="NORM-DTYPE",
+            message=f"{context}: output dtype {a.dtype}, shape {tuple(a.shape)}, device {a.device}; "
+            f"expected {x.dtype}, {tuple(x.shape)}, {x.device}",
+        )
+        assert_close(a, e, clause="NORM-DTYPE", family=FAMILY, context=context)
+
+
+@pytest.mark.clause("NORM-ERRORS")
+@pytest.mark.parametrize("case", params(NORM_ERRORS))
+def test_norm_errors(backend, device, case):
+    """Bad input raises the documented exception type, with a message naming the argument."""
+    check_backend_raises(case, backend, device)

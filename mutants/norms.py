@@ -1,0 +1,141 @@
+"""Norm mutants: the field's RMSNorm mistakes (spec/norms.md, Sources) and their neighbours.
+
+Each class is one realistic bug in an otherwise correct native backend; its docstring says what
+the bug is and where such bugs come from, and ``clauses`` lists the clauses of which at least one
+must fail.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backends.native import NativeBackend
+from reference.norms import validate_norm_args
+
+# The conformance modules (under the ``conformance`` package) that must catch these mutants.
+PROPERTIES = ["conformance.test_norms"]
+
+
+def _normalized(h: torch.Tensor, eps: float) -> torch.Tensor:
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+
+
+class GemmaWeightNotPlusOne(NativeBackend):
+    """Gemma RMSNorm multiplied by ``weight`` instead of ``1 + weight``.
+
+    Origin: a Gemma checkpoint run through the LLaMA RMSNorm kernel (the zero-centred stored
+    weight then scales the output towards zero).
+    Caught by: NORM-GEMMA.
+    """
+
+    name = "gemma-weight-not-plus-one"
+    clauses = {"NORM-GEMMA"}
+
+    def gemma_rms_norm(self, x, weight, *, eps):
+        eps = validate_norm_args(x, weight, eps)
+        return (_normalized(x.float(), eps) * weight.float()).to(x.dtype)
+
+
+class RmsNormBf16Compute(NativeBackend):
+    """RMSNorm computed in bfloat16 end to end (no float32 upcast), whatever the input dtype.
+
+    Origin: a kernel with only a bf16 path, or a port that dropped ``.to(torch.float32)``.
+    Caught by: NORM-RMS, NORM-DTYPE.
+    """
+
+    name = "rms-norm-bf16-compute"
+    clauses = {"NORM-RMS", "NORM-DTYPE"}
+
+    def rms_norm(self, x, weight, *, eps):
+        eps = validate_norm_args(x, weight, eps)
+        low = x.to(torch.bfloat16)
+        return (_normalized(low, eps) * weight.to(torch.bfloat16)).to(x.dtype)
+
+
+class RmsNormInputDtypeCompute(NativeBackend):
+    """RMSNorm computed in the input dtype: in float16 the squares overflow above |x| = 256.
+
+    Origin: ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)`` without the upcast.
+    Caught by: NORM-DTYPE.
+    """
+
+    name = "rms-norm-input-dtype-compute"
+    clauses = {"NORM-DTYPE"}
+
+    def rms_norm(self, x, weight, *, eps):
+        eps = validate_norm_args(x, weight, eps)
+        return _normalized(x, eps) * weight.to(x.dtype)
+
+
+class EpsOutsideSqrt(NativeBackend):
+    """eps added after the square root: ``x / (sqrt(mean(x^2)) + eps)``.
+
+    Origin: the LayerNorm-style ``x / (std + eps)`` habit, or a kernel that adds eps to the norm.
+    Caught by: NORM-EPS.
+    """
+
+    name = "eps-outside-sqrt"
+    clauses = {"NORM-EPS"}
+
+    def rms_norm(self, x, weight, *, eps):
+        eps = validate_norm_args(x, weight, eps)
+        h = x.float()
+        out = h / (h.pow(2).mean(-1, keepdim=True).sqrt() + eps)
+        return out.to(x.dtype) * weight.to(x.dtype)
+
+
+class FusedReturnsOldResidual(NativeBackend):
+    """The fused op returns the residual that came in, not the sum ``x + residual``.
+
+    Origin: a wrapper around an in-place kernel that returns its saved copy of the argument.
+    Caught by: NORM-FUSED-ADD.
+    """
+
+    name = "fused-returns-old-residual"
+    clauses = {"NORM-FUSED-ADD"}
+
+    def fused_add_rms_norm(self, x, residual, weight, *, eps):
+        normed, _ = super().fused_add_rms_norm(x, residual, weight, eps=eps)
+        return normed, residual
+
+
+class FusedPairSwapped(NativeBackend):
+    """The fused Gemma op returns ``(new_residual, normed)``: the pair in the wrong order.
+
+    Origin: kernels disagree on the order of their outputs; a caller unpacking the other way.
+    Caught by: NORM-FUSED-ADD.
+    """
+
+    name = "fused-pair-swapped"
+    clauses = {"NORM-FUSED-ADD"}
+
+    def gemma_fused_add_rms_norm(self, x, residual, weight, *, eps):
+        normed, total = super().gemma_fused_add_rms_norm(x, residual, weight, eps=eps)
+        return total, normed
+
+
+class WeightLengthUnchecked(NativeBackend):
+    """A weight of the wrong length is broadcast or truncated instead of rejected.
+
+    Origin: kernels that read ``d`` from the input and index the weight without a check.
+    Caught by: NORM-ERRORS.
+    """
+
+    name = "weight-length-unchecked"
+    clauses = {"NORM-ERRORS"}
+
+    def rms_norm(self, x, weight, *, eps):
+        if isinstance(weight, torch.Tensor) and weight.dim() >= 1 and weight.shape[-1] != x.shape[-1]:
+            weight = weight.reshape(-1)[: x.shape[-1]].expand(x.shape[-1])
+        return super().rms_norm(x, weight, eps=eps)
+
+
+BACKENDS = [
+    GemmaWeightNotPlusOne(),
+    RmsNormBf16Compute(),
+    RmsNormInputDtypeCompute(),
+    EpsOutsideSqrt(),
+    FusedReturnsOldResidual(),
+    FusedPairSwapped(),
+    WeightLengthUnchecked(),
+]

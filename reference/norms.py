@@ -1,0 +1,77 @@
+"""Oracles for the norm contracts: spec/norms.md.
+
+All oracles compute in float64 from the given input values and return float64 on the input's
+device (the fused ops return a pair). They are written from the formulas in the spec; the
+self-tests compare them with explicit per-row sums and with transformers' modules as peers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference.validation import require_floating, require_positive_finite
+
+__all__ = [
+    "fused_add_rms_norm",
+    "gemma_fused_add_rms_norm",
+    "gemma_rms_norm",
+    "rms_norm",
+    "validate_norm_args",
+]
+
+
+def validate_norm_args(x, weight, eps, residual=None) -> float:
+    """NORM-ERRORS: check a norm op's arguments and return eps as a float."""
+    require_floating(x, "x")
+    if x.dim() == 0 or x.shape[-1] == 0:
+        raise ValueError(f"x must have a non-empty last dimension, got shape {tuple(x.shape)}")
+    require_floating(weight, "weight")
+    if tuple(weight.shape) != (x.shape[-1],):
+        raise ValueError(
+            f"weight must have shape ({x.shape[-1]},) = [x.shape[-1]], got {tuple(weight.shape)}"
+        )
+    eps = require_positive_finite(eps, "eps")
+    if residual is not None:
+        require_floating(residual, "residual")
+        if residual.shape != x.shape:
+            raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    return eps
+
+
+def _normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x * rsqrt(mean(x^2, -1) + eps) in float64 (NORM-EPS: eps inside the square root)."""
+    x = x.detach().to(torch.float64)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
+    """NORM-RMS: x * rsqrt(mean(x^2, -1) + eps) * weight."""
+    eps = validate_norm_args(x, weight, eps)
+    return _normalized(x, eps) * weight.detach().to(x.device, torch.float64)
+
+
+def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
+    """NORM-GEMMA: x * rsqrt(mean(x^2, -1) + eps) * (1 + weight)."""
+    eps = validate_norm_args(x, weight, eps)
+    return _normalized(x, eps) * (1.0 + weight.detach().to(x.device, torch.float64))
+
+
+def _add_then_norm(norm, x, residual, weight, eps) -> tuple[torch.Tensor, torch.Tensor]:
+    """NORM-FUSED-ADD: (norm(x + residual), x + residual), the sum exact in float64."""
+    validate_norm_args(x, weight, eps, residual)
+    total = x.detach().to(torch.float64) + residual.detach().to(x.device, torch.float64)
+    return norm(total, weight, eps=eps), total
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """NORM-FUSED-ADD: (rms_norm(x + residual), x + residual), the sum returned as the residual."""
+    return _add_then_norm(rms_norm, x, residual, weight, eps)
+
+
+def gemma_fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, *, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """NORM-FUSED-ADD: (gemma_rms_norm(x + residual), x + residual)."""
+    return _add_then_norm(gemma_rms_norm, x, residual, weight, eps)
