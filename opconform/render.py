@@ -89,6 +89,10 @@ def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s)
                 )
             else:
                 lines.append(f"{bullet}{entry['id']}: unexpected pass of {target}: remove this entry")
+    warnings = document.get("warnings") or []
+    if warnings:
+        lines += ["", f"Warnings ({len(warnings)}):"]
+        lines += [f"{bullet}{warning}" for warning in warnings]
     uncovered = rep.coverage(document, matrix)["uncovered"]
     if uncovered:
         lines += ["", f"Clauses no case checked in this run: {', '.join(uncovered)}"]

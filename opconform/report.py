@@ -154,7 +154,11 @@ def conforms(document: dict) -> bool:
 
 
 def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
-    """One document holding every run's results; each result and entry says which run it came from."""
+    """One document holding every run's results; each result and entry says which run it came from.
+
+    A case (nodeid) present in several runs is one case: the later run (in ``documents`` order)
+    wins, and when the runs disagree on its state the disagreement is listed under ``warnings``.
+    """
     names = names or [f"run{i}" for i in range(len(documents))]
     merged: dict = {
         "schema": SCHEMA,
@@ -167,7 +171,9 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         "results": [],
         "exitstatus": 0,
         "duration": 0.0,
+        "warnings": [],
     }
+    cases: dict[str, list[dict]] = {}
     for name, document in zip(names, documents, strict=True):
         merged["merged_from"].append(
             {
@@ -181,9 +187,27 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         for clause, info in (document.get("clauses") or {}).items():
             merged["clauses"].setdefault(clause, info)
         merged["expectations"] += [{**e, "run": name} for e in document.get("expectations") or []]
-        merged["results"] += [{**r, "run": name} for r in document["results"]]
+        merged["warnings"] += [f"{name}: {w}" for w in document.get("warnings") or []]
+        records: dict[str, list[dict]] = defaultdict(list)  # a case may have call and teardown records
+        for result in document["results"]:
+            records[result["nodeid"]].append({**result, "run": name})
+        for nodeid, now in records.items():
+            was = cases.get(nodeid)
+            states = (
+                sorted({case_state(r) for r in was}) if was else None,
+                sorted({case_state(r) for r in now}),
+            )
+            if was and states[0] != states[1]:
+                merged["warnings"].append(
+                    f"{nodeid}: {'/'.join(states[0])} in {was[0]['run']}, {'/'.join(states[1])} in "
+                    f"{name}; the later run's result is kept"
+                )
+            cases[nodeid] = now
         merged["exitstatus"] = max(merged["exitstatus"], int(document.get("exitstatus") or 0))
         merged["duration"] += float(document.get("duration") or 0)
+    merged["results"] = sorted(
+        (r for rs in cases.values() for r in rs), key=lambda r: (r["nodeid"], r.get("when", "call"))
+    )
     return merged
 
 

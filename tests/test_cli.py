@@ -115,3 +115,24 @@ def test_run_loads_the_plugin_by_name_from_an_uninstalled_checkout(tmp_path, mon
     assert command[command.index("conformance.plugin") - 1] == "-p"
     monkeypatch.setattr(run_command, "plugin_registered", lambda: True)
     assert "conformance.plugin" not in run_command.pytest_command(_args(), tmp_path / "r.json")
+
+
+def _report(tmp_path, name, outcomes):
+    cases = [{"nodeid": f"t.py::test_{i}[native-cpu]", "outcome": o, "clauses": ["C"], "backend": "native",
+              "device": "cpu"} for i, o in enumerate(outcomes)]  # fmt: skip
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"schema": "opconform-results", "version": 2, "results": cases}))
+    return str(path)
+
+
+def test_merge_of_one_column_twice_counts_each_case_once(tmp_path, capsys):
+    """Two reports of native@cpu: a case in both is one case, the later report's; a disagreement
+    is a warning naming both runs (it was 2x the passes: merge added the runs)."""
+    first = _report(tmp_path, "first", ["passed", "passed", "failed"])
+    second = _report(tmp_path, "second", ["passed", "passed", "passed"])
+    assert cli.main(["merge", first, second]) == 0
+    out = capsys.readouterr().out
+    assert "native@cpu: 3 pass" in out, out
+    assert f"t.py::test_2[native-cpu]: fail in {first}, pass in {second}" in out, out
+    assert cli.main(["merge", second, first]) == 1
+    assert "native@cpu: 1 fail, 2 pass" in capsys.readouterr().out
