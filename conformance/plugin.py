@@ -18,13 +18,16 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 import backends as registry
 from conformance import expectations as manifests
 from conformance import recorder, rerun, spec_index
-from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, present_devices
+from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
+
+# pytest's exit status when a device named with --device is absent (pytest's own are 0-5);
+# `opconform run` exits 3 then (README, exit statuses).
+EXIT_DEVICE_ABSENT = 6
 
 # Hypothesis profiles. "ci" is chosen when the CI environment variable is set; derandomize makes
 # a serial run and `-n auto` draw identical examples.
@@ -153,6 +156,10 @@ def pytest_configure(config):
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
     config._opconform_backends = _select_backends(config)
     config._opconform_devices = _select_devices(config)
+    # Devices asked for by name that are absent: their cases skip, and the run must not pass.
+    config._opconform_absent = {d: absent_reason(d) for d in config._opconform_devices if absent_reason(d)}
+    if not config.getoption("device"):
+        config._opconform_absent = {}
     config.stash[rerun.OPTIONS] = rerun.rerun_options(
         backend_modules=config.getoption("backend_module"),
         expectations=config.getoption("opconform_expectations"),
@@ -192,13 +199,33 @@ def pytest_generate_tests(metafunc):
     if "backend" not in metafunc.fixturenames:
         return
     config = metafunc.config
-    pairs = [(b, torch.device(d)) for b in config._opconform_backends for d in config._opconform_devices]
+    pairs = [(b, as_device(d)) for b in config._opconform_backends for d in config._opconform_devices]
     argnames = ["backend", "device"] if "device" in metafunc.fixturenames else ["backend"]
     values = [pair if len(argnames) == 2 else pair[:1] for pair in pairs]
     ids = [f"{b.name}-{d.type}" if len(argnames) == 2 else b.name for b, d in pairs]
     if len(argnames) == 1:
         values, ids = list(dict.fromkeys(map(tuple, values))), list(dict.fromkeys(ids))
     metafunc.parametrize(argnames, values, ids=ids)
+
+
+def absent_message(config) -> str | None:
+    """The one line saying which requested devices are absent, or None."""
+    absent = getattr(config, "_opconform_absent", {})
+    if not absent:
+        return None
+    return "requested device(s) absent: " + "; ".join(f"{d} ({why})" for d, why in absent.items())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A requested (--device) device that is absent fails the run even though its cases skip."""
+    if absent_message(session.config) and exitstatus in (0, 1, 5):
+        session.exitstatus = EXIT_DEVICE_ABSENT
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    message = absent_message(config)
+    if message:
+        terminalreporter.write_line(f"opconform: {message}", red=True, bold=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -243,7 +270,7 @@ def pytest_runtest_setup(item):
     if backend is not None or item.get_closest_marker("clause"):
         # user_properties travel with every report, also from xdist workers to the recorder.
         item.user_properties.append((recorder.INFO, recorder.case_info(item)))
-    if device is not None:
+    if isinstance(getattr(device, "type", None), str):  # not a user test's own `device` argument
         reason = absent_reason(device.type)
         if reason:
             pytest.skip(f"device {device.type}: {reason}")

@@ -176,7 +176,8 @@ class ResultsRecorder:
         for entry in self.config._opconform_expectations:
             data = entry.as_dict()
             verdicts = matched.get(entry.id)
-            if entry.backend not in backends or (entry.device and entry.device not in devices):
+            absent = entry.device in self.config._opconform_absent
+            if entry.backend not in backends or (entry.device and (entry.device not in devices or absent)):
                 data["status"] = "not applicable"
             elif verdicts is None:
                 data["status"] = "stale"
@@ -188,6 +189,13 @@ class ResultsRecorder:
                 data["status"] = "matched"
             status.append(data)
         return status
+
+    def warnings(self) -> list[str]:
+        """Lines the report shows under "Warnings": requested devices that are absent."""
+        return [
+            f"requested device {device} is absent ({why}): its cases were skipped"
+            for device, why in self.config._opconform_absent.items()
+        ]
 
     def document(self, exitstatus: int) -> results.Document:
         from hypothesis import __version__ as hypothesis_version
@@ -204,6 +212,8 @@ class ResultsRecorder:
                 "hypothesis": hypothesis_version,
                 "profile": settings._current_profile,
                 "args": list(self.config.invocation_params.args),
+                "absent_devices": dict(self.config._opconform_absent),
+                "warnings": self.warnings(),
             },
             backends=[b.name for b in self.config._opconform_backends],
             devices=self.config._opconform_devices,

@@ -136,3 +136,28 @@ def test_merge_of_one_column_twice_counts_each_case_once(tmp_path, capsys):
     assert f"t.py::test_2[native-cpu]: fail in {first}, pass in {second}" in out, out
     assert cli.main(["merge", second, first]) == 1
     assert "native@cpu: 1 fail, 2 pass" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("device_type", ["npu", "cuda"])
+def test_run_on_a_requested_absent_device_exits_3(tmp_path, device_type):
+    """--device npu without torch_npu (it was four collection errors from torch.device('npu')) or
+    --device cuda without CUDA (it was all skipped, exit 0): the cases skip with the reason, the
+    report names the absent device, and the run exits 3 with a one-line message."""
+    import torch
+
+    device = device_type
+    from report_runs import opconform
+
+    if (device == "cuda" and torch.cuda.is_available()) or (device == "npu" and hasattr(torch, "npu")):
+        pytest.skip(f"a {device} device may be present here")
+    proc = opconform("run", "--backend", "native", "--device", device, "--profile", "ci",
+                     "--out", str(tmp_path), "--", "-k", "geglu_matches_oracle", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"opconform run: requested device(s) absent: {device} (" in proc.stderr, proc.stderr
+    assert "error" not in proc.stdout.lower().split("opconform summary")[0][-300:], proc.stdout
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert list(document["absent_devices"]) == [device]
+    assert document["results"] and all(
+        r["outcome"] == "skipped" and r["reason"].startswith(f"device {device}:") for r in document["results"]
+    )
+    assert f"requested device {device} is absent" in proc.stdout

@@ -92,6 +92,9 @@ def test_absent_device_is_a_skip_with_its_reason(serial):
     assert entries
     if not torch.cuda.is_available():
         assert all(e["outcome"] == "skipped" and "CUDA" in e["reason"] for e in entries)
+        # Asked for by name, the absent device fails the run: plain pytest exits 6.
+        assert serial["returncode"] == 6 and "requested device(s) absent: cuda" in serial["stdout"]
+        assert list(serial["absent_devices"]) == ["cuda"]
 
 
 def test_results_record_clauses(serial):

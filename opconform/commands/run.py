@@ -15,6 +15,7 @@ from opconform.commands import help_for
 
 HELP = help_for("run")
 PROFILES = ("dev", "ci", "thorough")  # Hypothesis profiles
+EXIT_DEVICE_ABSENT = 3  # a device named with --device is absent (README, exit statuses)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,4 +89,9 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(render.text(document))
     print("\nwrote " + ", ".join(map(str, written)))
+    absent = document.get("absent_devices") or {}
+    if absent:
+        devices = "; ".join(f"{d} ({why})" for d, why in absent.items())
+        print(f"opconform run: requested device(s) absent: {devices}", file=sys.stderr)
+        return EXIT_DEVICE_ABSENT
     return 0 if report.conforms(document) else 1
