@@ -120,11 +120,30 @@ def pytest_addoption(parser):
     )
 
 
+def _load_module_backends(spec: str) -> list:
+    """``--backend-module spec``'s backends; any error importing it is a one-line usage error."""
+    try:
+        loaded = registry.load_backend_module(spec)
+    except registry.BackendError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - a SyntaxError, RuntimeError... raised by the user's module
+        raise pytest.UsageError(
+            f"--backend-module {spec}: importing it raised {type(exc).__name__}: {exc}"
+        ) from exc
+    clashing = sorted({b.name for b in loaded} & set(registry.BUILTIN))
+    if clashing:
+        raise pytest.UsageError(
+            f"--backend-module {spec}: backend(s) {clashing} have the name of a built-in backend; "
+            "give them another name"
+        )
+    return loaded
+
+
 def _select_backends(config) -> list:
     names = config.getoption("backend")
     module_specs = config.getoption("backend_module")
     try:
-        from_modules = [b for spec in module_specs for b in registry.load_backend_module(spec)]
+        from_modules = [b for spec in module_specs for b in _load_module_backends(spec)]
         if not names and from_modules:
             return registry.unique_by_name(from_modules)
         known = registry.unique_by_name(
@@ -147,6 +166,23 @@ def _select_devices(config) -> list[str]:
     if unknown:
         raise pytest.UsageError(f"--device: unknown device(s) {unknown}; expected {KNOWN_DEVICE_TYPES}")
     return list(dict.fromkeys(devices))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """An unregistered --hypothesis-profile is a usage error (Hypothesis's own plugin would stop
+    the run with an INTERNALERROR traceback)."""
+    name = config.getoption("hypothesis_profile", None)
+    if name is not None:
+        from hypothesis.errors import InvalidArgument
+
+        try:
+            settings.get_profile(name)
+        except InvalidArgument:
+            known = sorted(settings._profiles)
+            raise pytest.UsageError(
+                f"--hypothesis-profile: unknown profile {name!r}; known: {known}"
+            ) from None
 
 
 def pytest_configure(config):

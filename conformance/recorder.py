@@ -177,7 +177,9 @@ class ResultsRecorder:
             data = entry.as_dict()
             verdicts = matched.get(entry.id)
             absent = entry.device in self.config._opconform_absent
-            if entry.backend not in backends or (entry.device and (entry.device not in devices or absent)):
+            if entry.backend not in self.known_backends(backends):
+                data["status"] = "unknown backend"
+            elif entry.backend not in backends or (entry.device and (entry.device not in devices or absent)):
                 data["status"] = "not applicable"
             elif verdicts is None:
                 data["status"] = "stale"
@@ -190,18 +192,40 @@ class ResultsRecorder:
             status.append(data)
         return status
 
-    def warnings(self) -> list[str]:
-        """Lines the report shows under "Warnings": requested devices that are absent."""
-        return [
+    @staticmethod
+    def known_backends(selected: set[str]) -> set[str]:
+        """Every backend name this run could select: built-in, selected, from entry points."""
+        from importlib import metadata
+
+        import backends as registry
+
+        names = set(registry.BUILTIN) | selected
+        return names | {ep.name for ep in metadata.entry_points(group=registry.ENTRY_POINT_GROUP)}
+
+    def warnings(self, expectations: list[dict]) -> list[str]:
+        """Lines the report shows under "Warnings": requested devices that are absent, manifest
+        entries whose backend names no known backend (a typo would otherwise never apply)."""
+        lines = [
             f"requested device {device} is absent ({why}): its cases were skipped"
             for device, why in self.config._opconform_absent.items()
         ]
+        unknown = {
+            (e["backend"], e["id"].rsplit(":", 1)[0])
+            for e in expectations
+            if e["status"] == "unknown backend"
+        }
+        lines += [
+            f"expectations {source}: backend {backend!r} names no known backend; its entries apply to nothing"
+            for backend, source in sorted(unknown)
+        ]
+        return lines
 
     def document(self, exitstatus: int) -> results.Document:
         from hypothesis import __version__ as hypothesis_version
         from hypothesis import settings
 
         clauses = self.config._opconform_clauses
+        expectations = self.expectation_status()
         return results.Document(
             meta={
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -213,14 +237,14 @@ class ResultsRecorder:
                 "profile": settings._current_profile,
                 "args": list(self.config.invocation_params.args),
                 "absent_devices": dict(self.config._opconform_absent),
-                "warnings": self.warnings(),
+                "warnings": self.warnings(expectations),
             },
             backends=[b.name for b in self.config._opconform_backends],
             devices=self.config._opconform_devices,
             duration=round(time.time() - self.started, 3),
             exitstatus=int(exitstatus),
             clauses={c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()},
-            expectations=self.expectation_status(),
+            expectations=expectations,
             results=sorted(self.results, key=lambda c: (c.nodeid, c.when)),
         )
 

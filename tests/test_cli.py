@@ -161,3 +161,65 @@ def test_run_on_a_requested_absent_device_exits_3(tmp_path, device_type):
         r["outcome"] == "skipped" and r["reason"].startswith(f"device {device}:") for r in document["results"]
     )
     assert f"requested device {device} is absent" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["-n", "-3"], "argument -n: '-3': expected a number of workers"),
+        (["-n", "many"], "argument -n: 'many': expected a number of workers"),
+        (["--profile", "fast"], "argument --profile: invalid choice: 'fast'"),
+    ],
+)
+def test_bad_run_arguments_are_one_line_usage_errors(argv, words, capsys):
+    """-n -3 was accepted (and handed to xdist); every bad argument is one line and exit 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_unwritable_out_is_a_one_line_usage_error(tmp_path, capsys):
+    """--out under a file (it was a traceback from mkdir) is exit 2 naming the directory."""
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "out"
+    report = _report(tmp_path, "one", ["passed"])
+    assert cli.main(["run", "--out", str(out)]) == 2
+    assert cli.main(["merge", report, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"opconform {c}: --out {out}: cannot write there: Not a directory" for c in ("run", "merge")
+    ]
+
+
+BROKEN_MODULE = "raise RuntimeError('the driver is gone')\n"
+TYPO_MANIFEST = """backend = "nativ"
+
+[[expect]]
+clause = "ACT-GEGLU"
+reason = "intermittent"
+"""
+
+
+def test_run_usage_errors_and_warnings_reach_the_user(tmp_path):
+    """A backend module that raises on import was an INTERNALERROR: now exit 2 with one line naming
+    the module and the exception; a manifest for an unknown backend was silently "not applicable":
+    now a warning in the output and the report."""
+    from report_runs import opconform
+
+    (tmp_path / "broken_backend.py").write_text(BROKEN_MODULE)
+    proc = opconform("run", "--backend-module", "broken_backend", "--out", str(tmp_path / "a"), cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "INTERNALERROR" not in output, output[-3000:]
+    assert "--backend-module broken_backend: importing it raised RuntimeError: the driver is gone" in output
+    (tmp_path / "typo.toml").write_text(TYPO_MANIFEST)
+    manifest = str(tmp_path / "typo.toml")
+    proc = opconform("run", "--backend", "native", "--device", "cpu", "--expectations", manifest,
+                     "--out", str(tmp_path / "b"), "--", "-k", "geglu_matches_oracle",
+                     cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = f"expectations {tmp_path / 'typo.toml'}: backend 'nativ' names no known backend"
+    assert line in proc.stdout
+    document = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert any(line in w for w in document["warnings"])
+    assert [e["status"] for e in document["expectations"] if e["backend"] == "nativ"] == ["unknown backend"]

@@ -185,3 +185,42 @@ def test_bad_options_are_usage_errors(options, select, words):
     chooser = plugin._select_backends if select == "backends" else plugin._select_devices
     with pytest.raises(pytest.UsageError, match=words):
         chooser(FakeConfig(**options))
+
+
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        ("def broken(:\n", "--backend-module bad_mod: importing it raised SyntaxError: "),
+        (
+            "raise RuntimeError('no driver')\n",
+            "--backend-module bad_mod: importing it raised RuntimeError: no driver",
+        ),
+        (
+            "from backends.native import NativeBackend\n\nclass B(NativeBackend):\n    name = 'native'\n\n"
+            "BACKEND = B()\n",
+            "backend(s) ['native'] have the name of a built-in backend",
+        ),
+    ],
+)
+def test_bad_backend_modules_are_usage_errors(tmp_path, monkeypatch, source, words):
+    """A module raising SyntaxError/RuntimeError on import was an INTERNALERROR; an external backend
+    named like a built-in silently stood in for it. Both are usage errors naming the module."""
+    from conformance import plugin
+
+    (tmp_path / "bad_mod.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bad_mod", raising=False)
+    with pytest.raises(pytest.UsageError) as error:
+        plugin._select_backends(FakeConfig(backend_module=["bad_mod"]))
+    assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_unknown_hypothesis_profile_is_a_usage_error():
+    """--hypothesis-profile=nope was an INTERNALERROR traceback from Hypothesis's plugin (exit 3)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance/test_activations.py", "--co", "-q",
+         "-p", "no:cacheprovider", "--hypothesis-profile=nope"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 4 and "INTERNALERROR" not in proc.stderr, proc.stdout + proc.stderr
+    assert "--hypothesis-profile: unknown profile 'nope'; known: [" in proc.stderr
