@@ -87,6 +87,13 @@ def conformance_error(exc: BaseException | None):
     return None
 
 
+def first_exception(exc: BaseException | None) -> BaseException | None:
+    """``exc``, or the first leaf exception of an exception group (Hypothesis's several failures)."""
+    while getattr(exc, "exceptions", None):
+        exc = exc.exceptions[0]
+    return exc
+
+
 def record_call(item, call, report) -> None:
     """Attach the failure facts and the verdict of the expectations (other than ``unsupported``,
     applied at setup) to the call report; a declared failure becomes an expected failure."""
@@ -97,8 +104,12 @@ def record_call(item, call, report) -> None:
         if error is not None and info["dtype"] is None:
             info["dtype"] = case["dtype"] = dtype_name(error.dtype)
         command = rerun.for_item(item.config, item.nodeid)
+        raised = None if error is not None else first_exception(call.excinfo.value if call.excinfo else None)
         case["failure"] = {
-            "clause": getattr(error, "clause", None),
+            # Another exception (the backend's own) fails the property's first clause mark.
+            "clause": getattr(error, "clause", None)
+            or (info["clauses"][0] if raised and info["clauses"] else None),
+            "error": f"{type(raised).__name__}: {raised}".splitlines()[0] if raised else None,
             "dtype": dtype_name(getattr(error, "dtype", None)) or info["dtype"],
             "largest_abs_error": getattr(error, "max_abs_error", None),
             "largest_rel_error": getattr(error, "max_rel_error", None),

@@ -47,6 +47,9 @@ class Failure:
     largest_abs_error: float | None = None
     largest_rel_error: float | None = None
     rerun: str | None = None
+    # "Type: message" of an exception that is not a ConformanceError (the backend's own, raised
+    # inside the property), reported under the property's first clause.
+    error: str | None = None
 
 
 @dataclass

@@ -75,6 +75,8 @@ def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s)
                 facts.append(f"dtype {failure.get('dtype') or result.get('dtype')}")
             if largest is not None:
                 facts.append(f"largest abs error {largest:.3g}")
+            if failure.get("error"):
+                facts.append(f"raised {failure['error']}")
             lines.append(f"{bullet}{result['nodeid']} ({', '.join(facts)})")
             if failure.get("rerun"):
                 lines.append(f"{bullet}  rerun: {code(failure['rerun'])}")

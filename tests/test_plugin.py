@@ -224,3 +224,75 @@ def test_unknown_hypothesis_profile_is_a_usage_error():
     )  # fmt: skip
     assert proc.returncode == 4 and "INTERNALERROR" not in proc.stderr, proc.stdout + proc.stderr
     assert "--hypothesis-profile: unknown profile 'nope'; known: [" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "actual, options, words",
+    [
+        (None, {}, "returned None; expected a tensor of shape (2, 3)"),
+        ([1.0, 2.0], {}, "returned a list of 2 item(s); expected a tensor"),
+        (
+            "meta",
+            {},
+            "returned a meta tensor (no data): a tensor of shape (2, 3), dtype torch.float32 on meta",
+        ),
+        (
+            "float64",
+            {"dtype": "float32"},
+            "dtype torch.float64 on cpu; expected a tensor of shape (2, 3), dtype ",
+        ),
+        ("float32", {"device": "cuda"}, "on cpu; expected a tensor of shape (2, 3) on cuda"),
+    ],
+)
+def test_assert_close_names_a_wrong_return(actual, options, words):
+    """An op returning None or a list was the suite's own AttributeError (failure.clause null); a
+    meta tensor, a wrong dtype or device (when the property names them) passed or crashed. Each is
+    now a one-line ConformanceError of the property's clause saying what came back."""
+    import torch
+
+    from conformance.checks import ConformanceError, assert_close
+
+    if isinstance(actual, str):
+        actual = torch.zeros(2, 3, dtype=getattr(torch, actual if actual != "meta" else "float32"),
+                             device="meta" if actual == "meta" else "cpu")  # fmt: skip
+    options = {k: getattr(torch, v) if k == "dtype" else v for k, v in options.items()}
+    with pytest.raises(ConformanceError) as error:
+        assert_close(
+            actual, torch.zeros(2, 3, dtype=torch.float64), clause="ACT-GEGLU", context="op", **options
+        )
+    assert error.value.clause == "ACT-GEGLU" and words in str(error.value), str(error.value)
+    assert "\n" not in str(error.value)
+
+
+MISBEHAVING_MODULE = """
+from backends.native import NativeBackend
+
+
+class Misbehaving(NativeBackend):
+    name = "misbehaving"
+
+    def gelu_and_mul(self, x, *, approximate):
+        return None
+
+    def silu_and_mul(self, x):
+        raise RuntimeError("kernel launch failed")
+
+
+BACKEND = Misbehaving()
+"""
+
+
+def test_wrong_returns_and_backend_exceptions_fail_the_clause(tmp_path):
+    """A backend returning None fails ACT-GEGLU saying so; a backend's own RuntimeError inside a
+    property is reported under the property's (first) clause with its type and message."""
+    (tmp_path / "misbehaving.py").write_text(MISBEHAVING_MODULE)
+    results = run_suite(
+        tmp_path, paths=SELECTION[:1], modules=["misbehaving"], pythonpath=[tmp_path],
+        extra=["-k", "geglu_matches_oracle or silu_and_mul_matches_oracle", "--device", "cpu"],
+    )  # fmt: skip
+    failures = {e["nodeid"].split("::")[1].split("[")[0]: e for e in results["results"]}
+    geglu, silu = failures["test_geglu_matches_oracle"], failures["test_silu_and_mul_matches_oracle"]
+    assert geglu["outcome"] == "failed" and geglu["failure"]["clause"] == "ACT-GEGLU", geglu
+    assert "returned None; expected a tensor of shape" in geglu["message"]
+    assert silu["outcome"] == "failed" and silu["failure"]["clause"] == "ACT-SWIGLU", silu
+    assert silu["failure"]["error"] == "RuntimeError: kernel launch failed"
