@@ -15,6 +15,8 @@ package is not installed.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -110,6 +112,14 @@ def pytest_addoption(parser):
         action="store_true",
         help="for backends that declare the clauses they must fail (`clauses`, as mutants do), run "
         "only the properties that check one of those clauses",
+    )
+    group.addoption(
+        "--opconform-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="per-case time limit: a case still running after SECONDS is stopped and reported as "
+        "'timeout' (needs SIGALRM: Unix, main thread)",
     )
     group.addoption(
         "--opconform-expectations",
@@ -289,6 +299,30 @@ def pytest_pycollect_makeitem(collector, name, obj):
                 f"known ops (backends.OPS): {sorted(registry.OPS)}"
             )
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Stop a case that runs past --opconform-timeout with ``recorder.CaseTimeout`` (a
+    BaseException, so Hypothesis does not shrink it as a failing example)."""
+    limit = item.config.getoption("opconform_timeout")
+    if (
+        not limit
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return (yield)
+
+    def stop(signum, frame):
+        raise recorder.CaseTimeout(f"the case ran past the per-case time limit of {limit:g} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        return (yield)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -13,6 +13,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
+import pytest
 import torch
 
 from conformance import checks, rerun, results
@@ -87,6 +88,10 @@ def conformance_error(exc: BaseException | None):
     return None
 
 
+class CaseTimeout(BaseException):
+    """Raised in a case that ran past ``--opconform-timeout``; recorded as outcome ``timeout``."""
+
+
 def first_exception(exc: BaseException | None) -> BaseException | None:
     """``exc``, or the first leaf exception of an exception group (Hypothesis's several failures)."""
     while getattr(exc, "exceptions", None):
@@ -116,6 +121,9 @@ def record_call(item, call, report) -> None:
             "rerun": command,
         }
         report.sections.append(("opconform rerun", command))
+        if isinstance(raised, CaseTimeout):
+            case["outcome"] = Outcome.TIMEOUT.value
+            case["failure"]["error"] = str(raised)
     entries = matching(item.config, item.nodeid, info, "yes")
     if entries:
         largest = case.get("failure", {}).get("largest_abs_error")
@@ -139,19 +147,42 @@ class ResultsRecorder:
         self.results: list[Case] = []
         self.started = time.time()
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        """A pytest-xdist worker died running ``crashitem``: record it as a ``crash`` (its backend
+        and device from the test id's ``[backend-device...]`` parameters, the facts the worker
+        would have sent are lost with it)."""
+        params = crashitem.rpartition("[")[2]
+        info = {"backend": None, "device": None, "op": None, "clauses": [], "dtype": None, "expectations": []}
+        for backend in sorted((b.name for b in self.config._opconform_backends), key=len, reverse=True):
+            device = next(
+                (d for d in self.config._opconform_devices if params.startswith(f"{backend}-{d}")), None
+            )
+            if device:
+                info.update(backend=backend, device=device)
+                break
+        report.user_properties = [
+            *report.user_properties,
+            (INFO, info),
+            (CASE, {"outcome": Outcome.CRASH.value}),
+        ]
+
     def pytest_runtest_logreport(self, report):
         properties = dict(report.user_properties)
         info = properties.get(INFO)
         if info is None:
             return
-        if report.when != "call" and not (report.failed or (report.when == "setup" and report.skipped)):
+        if report.when not in ("call", "???") and not (
+            report.failed or (report.when == "setup" and report.skipped)
+        ):
             return
         facts = {**info, **properties.get(CASE, {})}
         failure, expectation = facts.pop("failure", None), facts.pop("expectation", None)
+        outcome = facts.pop("outcome", None)
         case = Case(
             nodeid=report.nodeid,
             when=report.when,
-            outcome=Outcome(report.outcome),
+            outcome=Outcome(outcome or report.outcome),
             duration=round(report.duration, 6),
             start=round(getattr(report, "start", 0.0), 6),
             failure=Failure(**failure) if failure else None,
@@ -169,7 +200,9 @@ class ResultsRecorder:
                 case.outcome = Outcome.NOT_IMPLEMENTED
         elif report.failed:
             case.message = report.longreprtext[-4000:]
-            if case.failure is None:  # a setup or teardown error
+            if case.outcome is Outcome.CRASH:
+                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), error=case.message)
+            elif case.failure is None:  # a setup or teardown error
                 case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid))
         self.results.append(case)
 

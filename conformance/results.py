@@ -29,6 +29,8 @@ class Outcome(str, Enum):
     SKIPPED = "skipped"
     EXPECTED_FAILURE = "expected failure"  # a failure an expectations entry declares
     NOT_IMPLEMENTED = "not implemented"  # the backend lacks the op
+    TIMEOUT = "timeout"  # the case ran past the per-case time limit (--opconform-timeout)
+    CRASH = "crash"  # the process running the case died (a pytest-xdist worker crash)
 
     def __str__(self) -> str:
         return self.value

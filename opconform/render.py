@@ -8,6 +8,8 @@ import json
 from opconform import report as rep
 
 SHORT = {
+    rep.CRASH: "CRASH",
+    rep.TIMEOUT: "TIMEOUT",
     rep.FAIL: "FAIL",
     rep.EXPECTED: "xfail",
     rep.XPASS: "XPASS",
@@ -16,7 +18,8 @@ SHORT = {
     rep.NOT_IMPLEMENTED: "n/i",
 }
 LEGEND = (
-    "pass: conforms; FAIL: breaks the clause; xfail: fails as a manifest declares; "
+    "pass: conforms; FAIL: breaks the clause; TIMEOUT: ran past the per-case time limit; CRASH: "
+    "the process running it died; xfail: fails as a manifest declares; "
     "XPASS: passes although a manifest declares a failure (remove the entry); skip: skipped "
     "(reason in the report); n/i: the backend does not implement the op; -: not run"
 )
@@ -28,7 +31,7 @@ def _cell_text(cell: rep.Cell | None) -> str:
     counts = cell.counts
     state = cell.state
     return SHORT[state] + (
-        f" {counts[state]}/{sum(counts.values())}" if state in (rep.FAIL, rep.EXPECTED) else ""
+        f" {counts[state]}/{sum(counts.values())}" if state in (*rep.BROKEN, rep.EXPECTED) else ""
     )
 
 
@@ -147,6 +150,8 @@ details{margin:.4em 0}pre{background:#f7f7f7;padding:.5em;overflow:auto;max-heig
 code{background:#f2f2f2;padding:0 3px}
 """
 _CLASS = {
+    rep.CRASH: "fail",
+    rep.TIMEOUT: "fail",
     rep.FAIL: "fail",
     rep.EXPECTED: "xfail",
     rep.XPASS: "xpass",

@@ -16,7 +16,9 @@ from conformance import results
 from conformance.results import SCHEMA, Outcome
 
 # Cell and case states, most severe first: a cell shows the most severe state of its cases.
-FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
+CRASH, TIMEOUT, FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
+    Outcome.CRASH.value,
+    Outcome.TIMEOUT.value,
     "fail",
     Outcome.EXPECTED_FAILURE.value,
     "unexpected pass",
@@ -24,7 +26,8 @@ FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
     "skip",
     Outcome.NOT_IMPLEMENTED.value,
 )
-STATES = (FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED)
+STATES = (CRASH, TIMEOUT, FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED)
+BROKEN = (CRASH, TIMEOUT, FAIL)  # the states that are not conforming: failures, regressions in diff
 NO_CLAUSE = "(no clause)"
 RUN_FIELDS = ("host", "created", "torch", "profile", "devices", "backends")
 
@@ -47,6 +50,8 @@ def case_state(result: dict) -> str:
         return EXPECTED
     if outcome == Outcome.NOT_IMPLEMENTED:
         return NOT_IMPLEMENTED
+    if outcome in (Outcome.TIMEOUT, Outcome.CRASH):
+        return str(outcome)
     return SKIP
 
 
@@ -73,7 +78,7 @@ class Cell:
 
     @property
     def failures(self) -> list[dict]:
-        return [c for c in self.cases if case_state(c) == FAIL]
+        return [c for c in self.cases if case_state(c) in BROKEN]
 
 
 @dataclass
@@ -144,7 +149,7 @@ def coverage(document: dict, matrix: Matrix | None = None) -> dict:
 
 
 def failures(document: dict) -> list[dict]:
-    return [r for r in document["results"] if case_state(r) == FAIL]
+    return [r for r in document["results"] if case_state(r) in BROKEN]
 
 
 def conforms(document: dict) -> bool:
@@ -229,10 +234,10 @@ def diff(old: dict, new: dict) -> dict:
             "old": case_state(was) if was else None,
             "new": case_state(now) if now else None,
         }
-        if now and item["new"] == FAIL and item["old"] != FAIL:
+        if now and item["new"] in BROKEN and item["old"] != item["new"]:  # fail -> timeout is worse too
             item["rerun"] = (now.get("failure") or {}).get("rerun")
             changes["new failures"].append(item)
-        elif was and item["old"] == FAIL and now and item["new"] != FAIL:
+        elif was and item["old"] in BROKEN and now and item["new"] not in BROKEN:
             changes["fixes"].append(item)
         elif was is None:
             changes["added"].append(item)

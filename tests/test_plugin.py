@@ -296,3 +296,56 @@ def test_wrong_returns_and_backend_exceptions_fail_the_clause(tmp_path):
     assert "returned None; expected a tensor of shape" in geglu["message"]
     assert silu["outcome"] == "failed" and silu["failure"]["clause"] == "ACT-SWIGLU", silu
     assert silu["failure"]["error"] == "RuntimeError: kernel launch failed"
+
+
+SLOW_MODULE = """
+import os
+import time
+
+from backends.native import NativeBackend
+
+
+class Slow(NativeBackend):
+    name = "slow"
+
+    def gelu_and_mul(self, x, *, approximate):
+        time.sleep(30)
+
+
+class Dying(NativeBackend):
+    name = "dying"
+
+    def gelu_and_mul(self, x, *, approximate):
+        os._exit(1)
+
+
+ALL = [Slow(), Dying()]
+"""
+
+
+def test_timeout_and_crash_are_outcomes_cells_and_regressions(tmp_path):
+    """A case past --opconform-timeout is outcome "timeout" (cell TIMEOUT), a worker that dies is
+    "crash" (cell CRASH); both fail the run and are regressions in diff. (There was no time
+    limit: a hung kernel hung the run; pytest-timeout is not installed here, so the plugin's
+    own SIGALRM limit does it.)"""
+    from conformance import results as schema
+    from opconform import render, report
+
+    (tmp_path / "slow_backends.py").write_text(SLOW_MODULE)
+    document = run_suite(
+        tmp_path, paths=SELECTION[:1], modules=["slow_backends:ALL"], pythonpath=[tmp_path],
+        extra=["-k", "geglu_matches_oracle", "--device", "cpu", "--opconform-timeout", "2", "-p", "xdist",
+               "-n", "1"],
+    )  # fmt: skip
+    cases = {e["backend"]: e for e in document["results"]}
+    assert cases["slow"]["outcome"] == "timeout", cases["slow"]
+    assert cases["slow"]["failure"]["clause"] == "ACT-GEGLU"
+    assert "time limit of 2 s" in cases["slow"]["failure"]["error"]
+    assert cases["dying"]["outcome"] == "crash" and cases["dying"]["device"] == "cpu", cases["dying"]
+    assert document["returncode"] == 1
+    loaded = schema.Document.from_dict(document).to_dict()
+    text = render.text(loaded)
+    assert "TIMEOUT 1/1" in text and "CRASH 1/1" in text, text
+    assert not report.conforms(loaded)
+    before = {**loaded, "results": [{**r, "outcome": "passed"} for r in loaded["results"]]}
+    assert len(report.diff(before, loaded)["new failures"]) == 2
