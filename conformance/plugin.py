@@ -149,6 +149,18 @@ def _load_module_backends(spec: str) -> list:
     return loaded
 
 
+def _entry_point_backends() -> list:
+    """The installed entry points' backends; one that raises on load is a one-line usage error."""
+    try:
+        return registry.entry_point_backends()
+    except registry.BackendError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the installed package's module raises
+        raise pytest.UsageError(
+            f"an installed {registry.ENTRY_POINT_GROUP!r} entry point raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def _select_backends(config) -> list:
     names = config.getoption("backend")
     module_specs = config.getoption("backend_module")
@@ -156,9 +168,7 @@ def _select_backends(config) -> list:
         from_modules = [b for spec in module_specs for b in _load_module_backends(spec)]
         if not names and from_modules:
             return registry.unique_by_name(from_modules)
-        known = registry.unique_by_name(
-            registry.builtin_backends() + registry.entry_point_backends() + from_modules
-        )
+        known = registry.unique_by_name(registry.builtin_backends() + _entry_point_backends() + from_modules)
     except registry.BackendError as exc:
         raise pytest.UsageError(str(exc)) from exc
     if not names:
@@ -211,6 +221,7 @@ def pytest_configure(config):
         expectations=config.getoption("opconform_expectations"),
         profile=settings._current_profile,
         seed=config.getoption("hypothesis_seed", None),
+        timeout=config.getoption("opconform_timeout"),
     )
     try:
         config._opconform_clauses = spec_index.load_clauses()

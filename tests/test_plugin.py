@@ -349,3 +349,24 @@ def test_timeout_and_crash_are_outcomes_cells_and_regressions(tmp_path):
     assert not report.conforms(loaded)
     before = {**loaded, "results": [{**r, "outcome": "passed"} for r in loaded["results"]]}
     assert len(report.diff(before, loaded)["new failures"]) == 2
+
+
+def test_entry_point_that_raises_is_a_usage_error(monkeypatch):
+    """An installed entry point whose module raises on load was an INTERNALERROR."""
+    import backends as registry
+    from conformance import plugin
+
+    def broken():
+        raise RuntimeError("module-level init failed")
+
+    monkeypatch.setattr(registry, "entry_point_backends", broken)
+    with pytest.raises(pytest.UsageError, match="entry point raised RuntimeError: module-level init failed"):
+        plugin._select_backends(FakeConfig())
+
+
+def test_rerun_repeats_the_time_limit():
+    """The rerun command of a case keeps --opconform-timeout, so rerunning a hung case cannot hang."""
+    from conformance import rerun
+
+    options = rerun.rerun_options(backend_modules=[], expectations=[], profile="ci", seed=None, timeout=2.5)
+    assert "--opconform-timeout=2.5" in rerun.command("t.py::test_x", options)
