@@ -214,6 +214,10 @@ def html_page(document: dict) -> str:
             f"devices {esc(str(run.get('devices')))}, torch {esc(str(run.get('torch')))}, "
             f"profile {esc(str(run.get('profile')))}, created {esc(str(run.get('created')))}</p>"
         )
+    warnings = document.get("warnings") or []
+    if warnings:
+        parts.append("<h2>Warnings</h2><ul id='warnings'>")
+        parts += [f"<li>{esc(warning)}</li>" for warning in warnings] + ["</ul>"]
     parts.append("<h2>Summary</h2><table id='summary'><tr><th>backend@device</th>")
     parts += [f"<th>{esc(s)}</th>" for s in rep.STATES] + ["</tr>"]
     for column, counts in rep.backend_summary(document).items():
@@ -259,7 +263,9 @@ def html_page(document: dict) -> str:
             f"<p>clauses {esc(', '.join(result.get('clauses', [])))}; dtype "
             f"{esc(str(failure.get('dtype') or result.get('dtype')))}; largest abs error "
             f"{esc(str(failure.get('largest_abs_error')))}; largest rel error "
-            f"{esc(str(failure.get('largest_rel_error')))}</p>"
+            f"{esc(str(failure.get('largest_rel_error')))}"
+            + (f"; raised {esc(failure['error'])}" if failure.get("error") else "")
+            + "</p>"
             f"<p>rerun: <code>{esc(str(failure.get('rerun')))}</code></p>"
             f"<pre>{esc(result.get('message', ''))}</pre></details>"
         )

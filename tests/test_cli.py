@@ -136,6 +136,10 @@ def test_merge_of_one_column_twice_counts_each_case_once(tmp_path, capsys):
     assert f"t.py::test_2[native-cpu]: fail in {first}, pass in {second}" in out, out
     assert cli.main(["merge", second, first]) == 1
     assert "native@cpu: 1 fail, 2 pass" in capsys.readouterr().out
+    from opconform import render, report
+
+    page = render.html_page(report.merge([report.load(first), report.load(second)], names=[first, second]))
+    assert "<ul id='warnings'><li>t.py::test_2[native-cpu]: fail in" in page
 
 
 @pytest.mark.parametrize("device_type", ["npu", "cuda"])
