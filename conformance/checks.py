@@ -37,6 +37,38 @@ class ConformanceError(AssertionError):
         self.max_rel_error = max_rel_error
 
 
+def _returned(value) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}, dtype {value.dtype} on {value.device}"
+    return f"a {type(value).__name__} ({value!r:.60})"
+
+
+def check_output(
+    actual, expected: torch.Tensor, *, clause: str, context: str, dtype=None, device=None
+) -> None:
+    """``actual`` is a tensor with data (not meta), on ``device``'s type and of ``dtype`` when
+    they are given; else ``clause`` fails saying what was returned and what was expected. (The
+    device is not implied: some outputs, like a scheduler's sigmas, live on the CPU by design.)"""
+    device_type = getattr(device, "type", device)
+    want = f"a tensor of shape {tuple(expected.shape)}"
+    if dtype is not None:
+        want += f", dtype {dtype}"
+    if device_type is not None:
+        want += f" on {device_type}"
+    if not isinstance(actual, torch.Tensor):
+        raise ConformanceError(clause, f"{context}: returned {_returned(actual)}; expected {want}")
+    wrong_device = device_type is not None and actual.device.type != device_type
+    if actual.is_meta or wrong_device or (dtype is not None and actual.dtype != dtype):
+        meta = "a meta tensor (no data): " if actual.is_meta else ""
+        raise ConformanceError(
+            clause, f"{context}: returned {meta}{_returned(actual)}; expected {want}", dtype=actual.dtype
+        )
+
+
 def describe(backend, device, op: str, **inputs) -> str:
     parts = [f"{op} on backend {backend.name!r} @ {device}"]
     parts += [f"{key}={value!r}" for key, value in inputs.items()]
@@ -56,6 +88,8 @@ def assert_close(
     family: str | None = None,
     tol: Tolerance | None = None,
     atol_scale: torch.Tensor | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
 ) -> None:
     """|actual - expected| <= atol * atol_scale + rtol*|expected| elementwise, NaN only where
     expected is NaN.
@@ -63,8 +97,11 @@ def assert_close(
     ``expected`` is the float64 oracle; the tolerance comes from the table for ``family`` and
     actual's dtype unless ``tol`` is given. ``atol_scale`` (default 1, broadcast) scales the
     absolute term per element where the spec says the absolute error is amplified (e.g. by the
-    ``up`` factor of a gated activation, spec/tolerances.md).
+    ``up`` factor of a gated activation, spec/tolerances.md). ``actual`` that is not a tensor
+    (None, a list), a meta tensor, or, when ``device`` / ``dtype`` are given, a tensor on another
+    device type or of another dtype fails ``clause`` saying what was returned (check_output).
     """
+    check_output(actual, expected, clause=clause, context=context, dtype=dtype, device=device)
     if tol is None:
         tol = tolerance(family, actual.dtype)
     if tuple(actual.shape) != tuple(expected.shape):

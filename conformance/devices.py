@@ -28,3 +28,26 @@ def absent_reason(device_type: str) -> str | None:
 
 def present_devices() -> list[str]:
     return [name for name in KNOWN_DEVICE_TYPES if absent_reason(name) is None]
+
+
+class AbsentDevice:
+    """Stands for a device type torch cannot even name here (``torch.device("npu")`` raises
+    without torch_npu), so its cases are still collected and skip at setup with the reason."""
+
+    def __init__(self, device_type: str):
+        self.type = device_type
+        self.index = None
+
+    def __repr__(self) -> str:
+        return f"device(type={self.type!r})"
+
+    def __str__(self) -> str:
+        return self.type
+
+
+def as_device(device_type: str):
+    """``torch.device(device_type)``, or an ``AbsentDevice`` when torch does not know the type."""
+    try:
+        return torch.device(device_type)
+    except RuntimeError:
+        return AbsentDevice(device_type)

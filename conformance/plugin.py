@@ -15,16 +15,21 @@ package is not installed.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 import backends as registry
 from conformance import expectations as manifests
 from conformance import recorder, rerun, spec_index
-from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, present_devices
+from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
+
+# pytest's exit status when a device named with --device is absent (pytest's own are 0-5);
+# `opconform run` exits 3 then (README, exit statuses).
+EXIT_DEVICE_ABSENT = 6
 
 # Hypothesis profiles. "ci" is chosen when the CI environment variable is set; derandomize makes
 # a serial run and `-n auto` draw identical examples.
@@ -109,6 +114,14 @@ def pytest_addoption(parser):
         "only the properties that check one of those clauses",
     )
     group.addoption(
+        "--opconform-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="per-case time limit: a case still running after SECONDS is stopped and reported as "
+        "'timeout' (needs SIGALRM: Unix, main thread)",
+    )
+    group.addoption(
         "--opconform-expectations",
         action="append",
         default=[],
@@ -117,16 +130,45 @@ def pytest_addoption(parser):
     )
 
 
+def _load_module_backends(spec: str) -> list:
+    """``--backend-module spec``'s backends; any error importing it is a one-line usage error."""
+    try:
+        loaded = registry.load_backend_module(spec)
+    except registry.BackendError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - a SyntaxError, RuntimeError... raised by the user's module
+        raise pytest.UsageError(
+            f"--backend-module {spec}: importing it raised {type(exc).__name__}: {exc}"
+        ) from exc
+    clashing = sorted({b.name for b in loaded} & set(registry.BUILTIN))
+    if clashing:
+        raise pytest.UsageError(
+            f"--backend-module {spec}: backend(s) {clashing} have the name of a built-in backend; "
+            "give them another name"
+        )
+    return loaded
+
+
+def _entry_point_backends() -> list:
+    """The installed entry points' backends; one that raises on load is a one-line usage error."""
+    try:
+        return registry.entry_point_backends()
+    except registry.BackendError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the installed package's module raises
+        raise pytest.UsageError(
+            f"an installed {registry.ENTRY_POINT_GROUP!r} entry point raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def _select_backends(config) -> list:
     names = config.getoption("backend")
     module_specs = config.getoption("backend_module")
     try:
-        from_modules = [b for spec in module_specs for b in registry.load_backend_module(spec)]
+        from_modules = [b for spec in module_specs for b in _load_module_backends(spec)]
         if not names and from_modules:
             return registry.unique_by_name(from_modules)
-        known = registry.unique_by_name(
-            registry.builtin_backends() + registry.entry_point_backends() + from_modules
-        )
+        known = registry.unique_by_name(registry.builtin_backends() + _entry_point_backends() + from_modules)
     except registry.BackendError as exc:
         raise pytest.UsageError(str(exc)) from exc
     if not names:
@@ -146,6 +188,23 @@ def _select_devices(config) -> list[str]:
     return list(dict.fromkeys(devices))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """An unregistered --hypothesis-profile is a usage error (Hypothesis's own plugin would stop
+    the run with an INTERNALERROR traceback)."""
+    name = config.getoption("hypothesis_profile", None)
+    if name is not None:
+        from hypothesis.errors import InvalidArgument
+
+        try:
+            settings.get_profile(name)
+        except InvalidArgument:
+            known = sorted(settings._profiles)
+            raise pytest.UsageError(
+                f"--hypothesis-profile: unknown profile {name!r}; known: {known}"
+            ) from None
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "clause(*ids): the spec clauses a test checks")
     config.addinivalue_line("markers", "op(name): the backend op a test needs")
@@ -153,11 +212,16 @@ def pytest_configure(config):
         settings.load_profile("ci" if os.environ.get("CI") else "dev")
     config._opconform_backends = _select_backends(config)
     config._opconform_devices = _select_devices(config)
+    # Devices asked for by name that are absent: their cases skip, and the run must not pass.
+    config._opconform_absent = {d: absent_reason(d) for d in config._opconform_devices if absent_reason(d)}
+    if not config.getoption("device"):
+        config._opconform_absent = {}
     config.stash[rerun.OPTIONS] = rerun.rerun_options(
         backend_modules=config.getoption("backend_module"),
         expectations=config.getoption("opconform_expectations"),
         profile=settings._current_profile,
         seed=config.getoption("hypothesis_seed", None),
+        timeout=config.getoption("opconform_timeout"),
     )
     try:
         config._opconform_clauses = spec_index.load_clauses()
@@ -192,13 +256,33 @@ def pytest_generate_tests(metafunc):
     if "backend" not in metafunc.fixturenames:
         return
     config = metafunc.config
-    pairs = [(b, torch.device(d)) for b in config._opconform_backends for d in config._opconform_devices]
+    pairs = [(b, as_device(d)) for b in config._opconform_backends for d in config._opconform_devices]
     argnames = ["backend", "device"] if "device" in metafunc.fixturenames else ["backend"]
     values = [pair if len(argnames) == 2 else pair[:1] for pair in pairs]
     ids = [f"{b.name}-{d.type}" if len(argnames) == 2 else b.name for b, d in pairs]
     if len(argnames) == 1:
         values, ids = list(dict.fromkeys(map(tuple, values))), list(dict.fromkeys(ids))
     metafunc.parametrize(argnames, values, ids=ids)
+
+
+def absent_message(config) -> str | None:
+    """The one line saying which requested devices are absent, or None."""
+    absent = getattr(config, "_opconform_absent", {})
+    if not absent:
+        return None
+    return "requested device(s) absent: " + "; ".join(f"{d} ({why})" for d, why in absent.items())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A requested (--device) device that is absent fails the run even though its cases skip."""
+    if absent_message(session.config) and exitstatus in (0, 1, 5):
+        session.exitstatus = EXIT_DEVICE_ABSENT
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    message = absent_message(config)
+    if message:
+        terminalreporter.write_line(f"opconform: {message}", red=True, bold=True)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -229,6 +313,30 @@ def pytest_pycollect_makeitem(collector, name, obj):
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Stop a case that runs past --opconform-timeout with ``recorder.CaseTimeout`` (a
+    BaseException, so Hypothesis does not shrink it as a failing example)."""
+    limit = item.config.getoption("opconform_timeout")
+    if (
+        not limit
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return (yield)
+
+    def stop(signum, frame):
+        raise recorder.CaseTimeout(f"the case ran past the per-case time limit of {limit:g} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        return (yield)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """Attach failure facts and apply the expectations manifests to the call report."""
     report = yield
@@ -243,7 +351,7 @@ def pytest_runtest_setup(item):
     if backend is not None or item.get_closest_marker("clause"):
         # user_properties travel with every report, also from xdist workers to the recorder.
         item.user_properties.append((recorder.INFO, recorder.case_info(item)))
-    if device is not None:
+    if isinstance(getattr(device, "type", None), str):  # not a user test's own `device` argument
         reason = absent_reason(device.type)
         if reason:
             pytest.skip(f"device {device.type}: {reason}")

@@ -13,6 +13,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
+import pytest
 import torch
 
 from conformance import checks, rerun, results
@@ -87,6 +88,17 @@ def conformance_error(exc: BaseException | None):
     return None
 
 
+class CaseTimeout(BaseException):
+    """Raised in a case that ran past ``--opconform-timeout``; recorded as outcome ``timeout``."""
+
+
+def first_exception(exc: BaseException | None) -> BaseException | None:
+    """``exc``, or the first leaf exception of an exception group (Hypothesis's several failures)."""
+    while getattr(exc, "exceptions", None):
+        exc = exc.exceptions[0]
+    return exc
+
+
 def record_call(item, call, report) -> None:
     """Attach the failure facts and the verdict of the expectations (other than ``unsupported``,
     applied at setup) to the call report; a declared failure becomes an expected failure."""
@@ -97,14 +109,21 @@ def record_call(item, call, report) -> None:
         if error is not None and info["dtype"] is None:
             info["dtype"] = case["dtype"] = dtype_name(error.dtype)
         command = rerun.for_item(item.config, item.nodeid)
+        raised = None if error is not None else first_exception(call.excinfo.value if call.excinfo else None)
         case["failure"] = {
-            "clause": getattr(error, "clause", None),
+            # Another exception (the backend's own) fails the property's first clause mark.
+            "clause": getattr(error, "clause", None)
+            or (info["clauses"][0] if raised and info["clauses"] else None),
+            "error": f"{type(raised).__name__}: {raised}".splitlines()[0] if raised else None,
             "dtype": dtype_name(getattr(error, "dtype", None)) or info["dtype"],
             "largest_abs_error": getattr(error, "max_abs_error", None),
             "largest_rel_error": getattr(error, "max_rel_error", None),
             "rerun": command,
         }
         report.sections.append(("opconform rerun", command))
+        if isinstance(raised, CaseTimeout):
+            case["outcome"] = Outcome.TIMEOUT.value
+            case["failure"]["error"] = str(raised)
     entries = matching(item.config, item.nodeid, info, "yes")
     if entries:
         largest = case.get("failure", {}).get("largest_abs_error")
@@ -128,19 +147,42 @@ class ResultsRecorder:
         self.results: list[Case] = []
         self.started = time.time()
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        """A pytest-xdist worker died running ``crashitem``: record it as a ``crash`` (its backend
+        and device from the test id's ``[backend-device...]`` parameters, the facts the worker
+        would have sent are lost with it)."""
+        params = crashitem.rpartition("[")[2]
+        info = {"backend": None, "device": None, "op": None, "clauses": [], "dtype": None, "expectations": []}
+        for backend in sorted((b.name for b in self.config._opconform_backends), key=len, reverse=True):
+            device = next(
+                (d for d in self.config._opconform_devices if params.startswith(f"{backend}-{d}")), None
+            )
+            if device:
+                info.update(backend=backend, device=device)
+                break
+        report.user_properties = [
+            *report.user_properties,
+            (INFO, info),
+            (CASE, {"outcome": Outcome.CRASH.value}),
+        ]
+
     def pytest_runtest_logreport(self, report):
         properties = dict(report.user_properties)
         info = properties.get(INFO)
         if info is None:
             return
-        if report.when != "call" and not (report.failed or (report.when == "setup" and report.skipped)):
+        if report.when not in ("call", "???") and not (
+            report.failed or (report.when == "setup" and report.skipped)
+        ):
             return
         facts = {**info, **properties.get(CASE, {})}
         failure, expectation = facts.pop("failure", None), facts.pop("expectation", None)
+        outcome = facts.pop("outcome", None)
         case = Case(
             nodeid=report.nodeid,
             when=report.when,
-            outcome=Outcome(report.outcome),
+            outcome=Outcome(outcome or report.outcome),
             duration=round(report.duration, 6),
             start=round(getattr(report, "start", 0.0), 6),
             failure=Failure(**failure) if failure else None,
@@ -158,7 +200,9 @@ class ResultsRecorder:
                 case.outcome = Outcome.NOT_IMPLEMENTED
         elif report.failed:
             case.message = report.longreprtext[-4000:]
-            if case.failure is None:  # a setup or teardown error
+            if case.outcome is Outcome.CRASH:
+                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), error=case.message)
+            elif case.failure is None:  # a setup or teardown error
                 case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid))
         self.results.append(case)
 
@@ -176,7 +220,10 @@ class ResultsRecorder:
         for entry in self.config._opconform_expectations:
             data = entry.as_dict()
             verdicts = matched.get(entry.id)
-            if entry.backend not in backends or (entry.device and entry.device not in devices):
+            absent = entry.device in self.config._opconform_absent
+            if entry.backend not in self.known_backends(backends):
+                data["status"] = "unknown backend"
+            elif entry.backend not in backends or (entry.device and (entry.device not in devices or absent)):
                 data["status"] = "not applicable"
             elif verdicts is None:
                 data["status"] = "stale"
@@ -189,11 +236,40 @@ class ResultsRecorder:
             status.append(data)
         return status
 
+    @staticmethod
+    def known_backends(selected: set[str]) -> set[str]:
+        """Every backend name this run could select: built-in, selected, from entry points."""
+        from importlib import metadata
+
+        import backends as registry
+
+        names = set(registry.BUILTIN) | selected
+        return names | {ep.name for ep in metadata.entry_points(group=registry.ENTRY_POINT_GROUP)}
+
+    def warnings(self, expectations: list[dict]) -> list[str]:
+        """Lines the report shows under "Warnings": requested devices that are absent, manifest
+        entries whose backend names no known backend (a typo would otherwise never apply)."""
+        lines = [
+            f"requested device {device} is absent ({why}): its cases were skipped"
+            for device, why in self.config._opconform_absent.items()
+        ]
+        unknown = {
+            (e["backend"], e["id"].rsplit(":", 1)[0])
+            for e in expectations
+            if e["status"] == "unknown backend"
+        }
+        lines += [
+            f"expectations {source}: backend {backend!r} names no known backend; its entries apply to nothing"
+            for backend, source in sorted(unknown)
+        ]
+        return lines
+
     def document(self, exitstatus: int) -> results.Document:
         from hypothesis import __version__ as hypothesis_version
         from hypothesis import settings
 
         clauses = self.config._opconform_clauses
+        expectations = self.expectation_status()
         return results.Document(
             meta={
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -204,13 +280,15 @@ class ResultsRecorder:
                 "hypothesis": hypothesis_version,
                 "profile": settings._current_profile,
                 "args": list(self.config.invocation_params.args),
+                "absent_devices": dict(self.config._opconform_absent),
+                "warnings": self.warnings(expectations),
             },
             backends=[b.name for b in self.config._opconform_backends],
             devices=self.config._opconform_devices,
             duration=round(time.time() - self.started, 3),
             exitstatus=int(exitstatus),
             clauses={c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()},
-            expectations=self.expectation_status(),
+            expectations=expectations,
             results=sorted(self.results, key=lambda c: (c.nodeid, c.when)),
         )
 

@@ -14,14 +14,17 @@ import pytest
 OPTIONS = pytest.StashKey[list]()
 
 
-def rerun_options(*, backend_modules, expectations, profile: str | None, seed) -> list[str]:
-    """What a rerun must repeat: external backends, manifests, Hypothesis profile and seed."""
+def rerun_options(*, backend_modules, expectations, profile: str | None, seed, timeout=None) -> list[str]:
+    """What a rerun must repeat: external backends, manifests, Hypothesis profile and seed, and
+    the per-case time limit (a rerun of a case that timed out must not hang)."""
     options = [f"--backend-module={spec}" for spec in backend_modules]
     options += [f"--opconform-expectations={path}" for path in expectations]
     if profile:
         options.append(f"--hypothesis-profile={profile}")
     if seed is not None:
         options.append(f"--hypothesis-seed={seed}")
+    if timeout:
+        options.append(f"--opconform-timeout={timeout:g}")
     return options
 
 

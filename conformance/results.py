@@ -29,6 +29,8 @@ class Outcome(str, Enum):
     SKIPPED = "skipped"
     EXPECTED_FAILURE = "expected failure"  # a failure an expectations entry declares
     NOT_IMPLEMENTED = "not implemented"  # the backend lacks the op
+    TIMEOUT = "timeout"  # the case ran past the per-case time limit (--opconform-timeout)
+    CRASH = "crash"  # the process running the case died (a pytest-xdist worker crash)
 
     def __str__(self) -> str:
         return self.value
@@ -47,6 +49,9 @@ class Failure:
     largest_abs_error: float | None = None
     largest_rel_error: float | None = None
     rerun: str | None = None
+    # "Type: message" of an exception that is not a ConformanceError (the backend's own, raised
+    # inside the property), reported under the property's first clause.
+    error: str | None = None
 
 
 @dataclass

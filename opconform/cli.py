@@ -20,9 +20,16 @@ def load_command(name: str):
     return importlib.import_module(COMMANDS[name][0])
 
 
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line (and exit 2, the usage-error status)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``chosen``'s module is imported to add its arguments."""
-    parser = argparse.ArgumentParser(prog="opconform", description="op conformance suite and report")
+    parser = Parser(prog="opconform", description="op conformance suite and report")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
         subparser = sub.add_parser(name, help=help_text, description=help_text)

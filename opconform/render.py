@@ -8,6 +8,8 @@ import json
 from opconform import report as rep
 
 SHORT = {
+    rep.CRASH: "CRASH",
+    rep.TIMEOUT: "TIMEOUT",
     rep.FAIL: "FAIL",
     rep.EXPECTED: "xfail",
     rep.XPASS: "XPASS",
@@ -16,7 +18,8 @@ SHORT = {
     rep.NOT_IMPLEMENTED: "n/i",
 }
 LEGEND = (
-    "pass: conforms; FAIL: breaks the clause; xfail: fails as a manifest declares; "
+    "pass: conforms; FAIL: breaks the clause; TIMEOUT: ran past the per-case time limit; CRASH: "
+    "the process running it died; xfail: fails as a manifest declares; "
     "XPASS: passes although a manifest declares a failure (remove the entry); skip: skipped "
     "(reason in the report); n/i: the backend does not implement the op; -: not run"
 )
@@ -28,7 +31,7 @@ def _cell_text(cell: rep.Cell | None) -> str:
     counts = cell.counts
     state = cell.state
     return SHORT[state] + (
-        f" {counts[state]}/{sum(counts.values())}" if state in (rep.FAIL, rep.EXPECTED) else ""
+        f" {counts[state]}/{sum(counts.values())}" if state in (*rep.BROKEN, rep.EXPECTED) else ""
     )
 
 
@@ -75,6 +78,8 @@ def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s)
                 facts.append(f"dtype {failure.get('dtype') or result.get('dtype')}")
             if largest is not None:
                 facts.append(f"largest abs error {largest:.3g}")
+            if failure.get("error"):
+                facts.append(f"raised {failure['error']}")
             lines.append(f"{bullet}{result['nodeid']} ({', '.join(facts)})")
             if failure.get("rerun"):
                 lines.append(f"{bullet}  rerun: {code(failure['rerun'])}")
@@ -89,6 +94,10 @@ def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s)
                 )
             else:
                 lines.append(f"{bullet}{entry['id']}: unexpected pass of {target}: remove this entry")
+    warnings = document.get("warnings") or []
+    if warnings:
+        lines += ["", f"Warnings ({len(warnings)}):"]
+        lines += [f"{bullet}{warning}" for warning in warnings]
     uncovered = rep.coverage(document, matrix)["uncovered"]
     if uncovered:
         lines += ["", f"Clauses no case checked in this run: {', '.join(uncovered)}"]
@@ -141,6 +150,8 @@ details{margin:.4em 0}pre{background:#f7f7f7;padding:.5em;overflow:auto;max-heig
 code{background:#f2f2f2;padding:0 3px}
 """
 _CLASS = {
+    rep.CRASH: "fail",
+    rep.TIMEOUT: "fail",
     rep.FAIL: "fail",
     rep.EXPECTED: "xfail",
     rep.XPASS: "xpass",
@@ -203,6 +214,10 @@ def html_page(document: dict) -> str:
             f"devices {esc(str(run.get('devices')))}, torch {esc(str(run.get('torch')))}, "
             f"profile {esc(str(run.get('profile')))}, created {esc(str(run.get('created')))}</p>"
         )
+    warnings = document.get("warnings") or []
+    if warnings:
+        parts.append("<h2>Warnings</h2><ul id='warnings'>")
+        parts += [f"<li>{esc(warning)}</li>" for warning in warnings] + ["</ul>"]
     parts.append("<h2>Summary</h2><table id='summary'><tr><th>backend@device</th>")
     parts += [f"<th>{esc(s)}</th>" for s in rep.STATES] + ["</tr>"]
     for column, counts in rep.backend_summary(document).items():
@@ -248,7 +263,9 @@ def html_page(document: dict) -> str:
             f"<p>clauses {esc(', '.join(result.get('clauses', [])))}; dtype "
             f"{esc(str(failure.get('dtype') or result.get('dtype')))}; largest abs error "
             f"{esc(str(failure.get('largest_abs_error')))}; largest rel error "
-            f"{esc(str(failure.get('largest_rel_error')))}</p>"
+            f"{esc(str(failure.get('largest_rel_error')))}"
+            + (f"; raised {esc(failure['error'])}" if failure.get("error") else "")
+            + "</p>"
             f"<p>rerun: <code>{esc(str(failure.get('rerun')))}</code></p>"
             f"<pre>{esc(result.get('message', ''))}</pre></details>"
         )

@@ -16,7 +16,9 @@ from conformance import results
 from conformance.results import SCHEMA, Outcome
 
 # Cell and case states, most severe first: a cell shows the most severe state of its cases.
-FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
+CRASH, TIMEOUT, FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
+    Outcome.CRASH.value,
+    Outcome.TIMEOUT.value,
     "fail",
     Outcome.EXPECTED_FAILURE.value,
     "unexpected pass",
@@ -24,7 +26,8 @@ FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
     "skip",
     Outcome.NOT_IMPLEMENTED.value,
 )
-STATES = (FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED)
+STATES = (CRASH, TIMEOUT, FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED)
+BROKEN = (CRASH, TIMEOUT, FAIL)  # the states that are not conforming: failures, regressions in diff
 NO_CLAUSE = "(no clause)"
 RUN_FIELDS = ("host", "created", "torch", "profile", "devices", "backends")
 
@@ -47,6 +50,8 @@ def case_state(result: dict) -> str:
         return EXPECTED
     if outcome == Outcome.NOT_IMPLEMENTED:
         return NOT_IMPLEMENTED
+    if outcome in (Outcome.TIMEOUT, Outcome.CRASH):
+        return str(outcome)
     return SKIP
 
 
@@ -73,7 +78,7 @@ class Cell:
 
     @property
     def failures(self) -> list[dict]:
-        return [c for c in self.cases if case_state(c) == FAIL]
+        return [c for c in self.cases if case_state(c) in BROKEN]
 
 
 @dataclass
@@ -144,7 +149,7 @@ def coverage(document: dict, matrix: Matrix | None = None) -> dict:
 
 
 def failures(document: dict) -> list[dict]:
-    return [r for r in document["results"] if case_state(r) == FAIL]
+    return [r for r in document["results"] if case_state(r) in BROKEN]
 
 
 def conforms(document: dict) -> bool:
@@ -154,7 +159,11 @@ def conforms(document: dict) -> bool:
 
 
 def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
-    """One document holding every run's results; each result and entry says which run it came from."""
+    """One document holding every run's results; each result and entry says which run it came from.
+
+    A case (nodeid) present in several runs is one case: the later run (in ``documents`` order)
+    wins, and when the runs disagree on its state the disagreement is listed under ``warnings``.
+    """
     names = names or [f"run{i}" for i in range(len(documents))]
     merged: dict = {
         "schema": SCHEMA,
@@ -167,7 +176,9 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         "results": [],
         "exitstatus": 0,
         "duration": 0.0,
+        "warnings": [],
     }
+    cases: dict[str, list[dict]] = {}
     for name, document in zip(names, documents, strict=True):
         merged["merged_from"].append(
             {
@@ -181,9 +192,27 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         for clause, info in (document.get("clauses") or {}).items():
             merged["clauses"].setdefault(clause, info)
         merged["expectations"] += [{**e, "run": name} for e in document.get("expectations") or []]
-        merged["results"] += [{**r, "run": name} for r in document["results"]]
+        merged["warnings"] += [f"{name}: {w}" for w in document.get("warnings") or []]
+        records: dict[str, list[dict]] = defaultdict(list)  # a case may have call and teardown records
+        for result in document["results"]:
+            records[result["nodeid"]].append({**result, "run": name})
+        for nodeid, now in records.items():
+            was = cases.get(nodeid)
+            states = (
+                sorted({case_state(r) for r in was}) if was else None,
+                sorted({case_state(r) for r in now}),
+            )
+            if was and states[0] != states[1]:
+                merged["warnings"].append(
+                    f"{nodeid}: {'/'.join(states[0])} in {was[0]['run']}, {'/'.join(states[1])} in "
+                    f"{name}; the later run's result is kept"
+                )
+            cases[nodeid] = now
         merged["exitstatus"] = max(merged["exitstatus"], int(document.get("exitstatus") or 0))
         merged["duration"] += float(document.get("duration") or 0)
+    merged["results"] = sorted(
+        (r for rs in cases.values() for r in rs), key=lambda r: (r["nodeid"], r.get("when", "call"))
+    )
     return merged
 
 
@@ -205,10 +234,10 @@ def diff(old: dict, new: dict) -> dict:
             "old": case_state(was) if was else None,
             "new": case_state(now) if now else None,
         }
-        if now and item["new"] == FAIL and item["old"] != FAIL:
+        if now and item["new"] in BROKEN and item["old"] != item["new"]:  # fail -> timeout is worse too
             item["rerun"] = (now.get("failure") or {}).get("rerun")
             changes["new failures"].append(item)
-        elif was and item["old"] == FAIL and now and item["new"] != FAIL:
+        elif was and item["old"] in BROKEN and now and item["new"] not in BROKEN:
             changes["fixes"].append(item)
         elif was is None:
             changes["added"].append(item)

@@ -38,7 +38,7 @@ def test_help_merge_and_diff_run_without_torch(tmp_path):
     report.write_text(json.dumps(document))
     for argv, code, words in (
         (["--help"], 0, "merge"),
-        (["merge", str(report), str(report)], 0, "2 pass"),
+        (["merge", str(report), str(report)], 0, "1 pass"),  # one case, not two
         (["diff", str(report), str(report)], 0, "no changes"),
     ):
         proc = subprocess.run([sys.executable, "-c", TORCHLESS, *argv], capture_output=True, text=True)
@@ -115,3 +115,115 @@ def test_run_loads_the_plugin_by_name_from_an_uninstalled_checkout(tmp_path, mon
     assert command[command.index("conformance.plugin") - 1] == "-p"
     monkeypatch.setattr(run_command, "plugin_registered", lambda: True)
     assert "conformance.plugin" not in run_command.pytest_command(_args(), tmp_path / "r.json")
+
+
+def _report(tmp_path, name, outcomes):
+    cases = [{"nodeid": f"t.py::test_{i}[native-cpu]", "outcome": o, "clauses": ["C"], "backend": "native",
+              "device": "cpu"} for i, o in enumerate(outcomes)]  # fmt: skip
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"schema": "opconform-results", "version": 2, "results": cases}))
+    return str(path)
+
+
+def test_merge_of_one_column_twice_counts_each_case_once(tmp_path, capsys):
+    """Two reports of native@cpu: a case in both is one case, the later report's; a disagreement
+    is a warning naming both runs (it was 2x the passes: merge added the runs)."""
+    first = _report(tmp_path, "first", ["passed", "passed", "failed"])
+    second = _report(tmp_path, "second", ["passed", "passed", "passed"])
+    assert cli.main(["merge", first, second]) == 0
+    out = capsys.readouterr().out
+    assert "native@cpu: 3 pass" in out, out
+    assert f"t.py::test_2[native-cpu]: fail in {first}, pass in {second}" in out, out
+    assert cli.main(["merge", second, first]) == 1
+    assert "native@cpu: 1 fail, 2 pass" in capsys.readouterr().out
+    from opconform import render, report
+
+    page = render.html_page(report.merge([report.load(first), report.load(second)], names=[first, second]))
+    assert "<ul id='warnings'><li>t.py::test_2[native-cpu]: fail in" in page
+
+
+@pytest.mark.parametrize("device_type", ["npu", "cuda"])
+def test_run_on_a_requested_absent_device_exits_3(tmp_path, device_type):
+    """--device npu without torch_npu (it was four collection errors from torch.device('npu')) or
+    --device cuda without CUDA (it was all skipped, exit 0): the cases skip with the reason, the
+    report names the absent device, and the run exits 3 with a one-line message."""
+    import torch
+
+    device = device_type
+    from report_runs import opconform
+
+    if (device == "cuda" and torch.cuda.is_available()) or (device == "npu" and hasattr(torch, "npu")):
+        pytest.skip(f"a {device} device may be present here")
+    proc = opconform("run", "--backend", "native", "--device", device, "--profile", "ci",
+                     "--out", str(tmp_path), "--", "-k", "geglu_matches_oracle", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"opconform run: requested device(s) absent: {device} (" in proc.stderr, proc.stderr
+    assert "error" not in proc.stdout.lower().split("opconform summary")[0][-300:], proc.stdout
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert list(document["absent_devices"]) == [device]
+    assert document["results"] and all(
+        r["outcome"] == "skipped" and r["reason"].startswith(f"device {device}:") for r in document["results"]
+    )
+    assert f"requested device {device} is absent" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["-n", "-3"], "argument -n: '-3': expected a number of workers"),
+        (["-n", "many"], "argument -n: 'many': expected a number of workers"),
+        (["--profile", "fast"], "argument --profile: invalid choice: 'fast'"),
+    ],
+)
+def test_bad_run_arguments_are_one_line_usage_errors(argv, words, capsys):
+    """-n -3 was accepted (and handed to xdist); every bad argument is one line and exit 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["run", *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_unwritable_out_is_a_one_line_usage_error(tmp_path, capsys):
+    """--out under a file (it was a traceback from mkdir) is exit 2 naming the directory."""
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "out"
+    report = _report(tmp_path, "one", ["passed"])
+    assert cli.main(["run", "--out", str(out)]) == 2
+    assert cli.main(["merge", report, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"opconform {c}: --out {out}: cannot write there: Not a directory" for c in ("run", "merge")
+    ]
+
+
+BROKEN_MODULE = "raise RuntimeError('the driver is gone')\n"
+TYPO_MANIFEST = """backend = "nativ"
+
+[[expect]]
+clause = "ACT-GEGLU"
+reason = "intermittent"
+"""
+
+
+def test_run_usage_errors_and_warnings_reach_the_user(tmp_path):
+    """A backend module that raises on import was an INTERNALERROR: now exit 2 with one line naming
+    the module and the exception; a manifest for an unknown backend was silently "not applicable":
+    now a warning in the output and the report."""
+    from report_runs import opconform
+
+    (tmp_path / "broken_backend.py").write_text(BROKEN_MODULE)
+    proc = opconform("run", "--backend-module", "broken_backend", "--out", str(tmp_path / "a"), cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "INTERNALERROR" not in output, output[-3000:]
+    assert "--backend-module broken_backend: importing it raised RuntimeError: the driver is gone" in output
+    (tmp_path / "typo.toml").write_text(TYPO_MANIFEST)
+    manifest = str(tmp_path / "typo.toml")
+    proc = opconform("run", "--backend", "native", "--device", "cpu", "--expectations", manifest,
+                     "--out", str(tmp_path / "b"), "--", "-k", "geglu_matches_oracle",
+                     cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = f"expectations {tmp_path / 'typo.toml'}: backend 'nativ' names no known backend"
+    assert line in proc.stdout
+    document = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert any(line in w for w in document["warnings"])
+    assert [e["status"] for e in document["expectations"] if e["backend"] == "nativ"] == ["unknown backend"]

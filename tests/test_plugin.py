@@ -92,6 +92,9 @@ def test_absent_device_is_a_skip_with_its_reason(serial):
     assert entries
     if not torch.cuda.is_available():
         assert all(e["outcome"] == "skipped" and "CUDA" in e["reason"] for e in entries)
+        # Asked for by name, the absent device fails the run: plain pytest exits 6.
+        assert serial["returncode"] == 6 and "requested device(s) absent: cuda" in serial["stdout"]
+        assert list(serial["absent_devices"]) == ["cuda"]
 
 
 def test_results_record_clauses(serial):
@@ -182,3 +185,188 @@ def test_bad_options_are_usage_errors(options, select, words):
     chooser = plugin._select_backends if select == "backends" else plugin._select_devices
     with pytest.raises(pytest.UsageError, match=words):
         chooser(FakeConfig(**options))
+
+
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        ("def broken(:\n", "--backend-module bad_mod: importing it raised SyntaxError: "),
+        (
+            "raise RuntimeError('no driver')\n",
+            "--backend-module bad_mod: importing it raised RuntimeError: no driver",
+        ),
+        (
+            "from backends.native import NativeBackend\n\nclass B(NativeBackend):\n    name = 'native'\n\n"
+            "BACKEND = B()\n",
+            "backend(s) ['native'] have the name of a built-in backend",
+        ),
+    ],
+)
+def test_bad_backend_modules_are_usage_errors(tmp_path, monkeypatch, source, words):
+    """A module raising SyntaxError/RuntimeError on import was an INTERNALERROR; an external backend
+    named like a built-in silently stood in for it. Both are usage errors naming the module."""
+    from conformance import plugin
+
+    (tmp_path / "bad_mod.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bad_mod", raising=False)
+    with pytest.raises(pytest.UsageError) as error:
+        plugin._select_backends(FakeConfig(backend_module=["bad_mod"]))
+    assert words in str(error.value) and "\n" not in str(error.value)
+
+
+def test_unknown_hypothesis_profile_is_a_usage_error():
+    """--hypothesis-profile=nope was an INTERNALERROR traceback from Hypothesis's plugin (exit 3)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "conformance/test_activations.py", "--co", "-q",
+         "-p", "no:cacheprovider", "--hypothesis-profile=nope"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 4 and "INTERNALERROR" not in proc.stderr, proc.stdout + proc.stderr
+    assert "--hypothesis-profile: unknown profile 'nope'; known: [" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "actual, options, words",
+    [
+        (None, {}, "returned None; expected a tensor of shape (2, 3)"),
+        ([1.0, 2.0], {}, "returned a list of 2 item(s); expected a tensor"),
+        (
+            "meta",
+            {},
+            "returned a meta tensor (no data): a tensor of shape (2, 3), dtype torch.float32 on meta",
+        ),
+        (
+            "float64",
+            {"dtype": "float32"},
+            "dtype torch.float64 on cpu; expected a tensor of shape (2, 3), dtype ",
+        ),
+        ("float32", {"device": "cuda"}, "on cpu; expected a tensor of shape (2, 3) on cuda"),
+    ],
+)
+def test_assert_close_names_a_wrong_return(actual, options, words):
+    """An op returning None or a list was the suite's own AttributeError (failure.clause null); a
+    meta tensor, a wrong dtype or device (when the property names them) passed or crashed. Each is
+    now a one-line ConformanceError of the property's clause saying what came back."""
+    import torch
+
+    from conformance.checks import ConformanceError, assert_close
+
+    if isinstance(actual, str):
+        actual = torch.zeros(2, 3, dtype=getattr(torch, actual if actual != "meta" else "float32"),
+                             device="meta" if actual == "meta" else "cpu")  # fmt: skip
+    options = {k: getattr(torch, v) if k == "dtype" else v for k, v in options.items()}
+    with pytest.raises(ConformanceError) as error:
+        assert_close(
+            actual, torch.zeros(2, 3, dtype=torch.float64), clause="ACT-GEGLU", context="op", **options
+        )
+    assert error.value.clause == "ACT-GEGLU" and words in str(error.value), str(error.value)
+    assert "\n" not in str(error.value)
+
+
+MISBEHAVING_MODULE = """
+from backends.native import NativeBackend
+
+
+class Misbehaving(NativeBackend):
+    name = "misbehaving"
+
+    def gelu_and_mul(self, x, *, approximate):
+        return None
+
+    def silu_and_mul(self, x):
+        raise RuntimeError("kernel launch failed")
+
+
+BACKEND = Misbehaving()
+"""
+
+
+def test_wrong_returns_and_backend_exceptions_fail_the_clause(tmp_path):
+    """A backend returning None fails ACT-GEGLU saying so; a backend's own RuntimeError inside a
+    property is reported under the property's (first) clause with its type and message."""
+    (tmp_path / "misbehaving.py").write_text(MISBEHAVING_MODULE)
+    results = run_suite(
+        tmp_path, paths=SELECTION[:1], modules=["misbehaving"], pythonpath=[tmp_path],
+        extra=["-k", "geglu_matches_oracle or silu_and_mul_matches_oracle", "--device", "cpu"],
+    )  # fmt: skip
+    failures = {e["nodeid"].split("::")[1].split("[")[0]: e for e in results["results"]}
+    geglu, silu = failures["test_geglu_matches_oracle"], failures["test_silu_and_mul_matches_oracle"]
+    assert geglu["outcome"] == "failed" and geglu["failure"]["clause"] == "ACT-GEGLU", geglu
+    assert "returned None; expected a tensor of shape" in geglu["message"]
+    assert silu["outcome"] == "failed" and silu["failure"]["clause"] == "ACT-SWIGLU", silu
+    assert silu["failure"]["error"] == "RuntimeError: kernel launch failed"
+
+
+SLOW_MODULE = """
+import os
+import time
+
+from backends.native import NativeBackend
+
+
+class Slow(NativeBackend):
+    name = "slow"
+
+    def gelu_and_mul(self, x, *, approximate):
+        time.sleep(30)
+
+
+class Dying(NativeBackend):
+    name = "dying"
+
+    def gelu_and_mul(self, x, *, approximate):
+        os._exit(1)
+
+
+ALL = [Slow(), Dying()]
+"""
+
+
+def test_timeout_and_crash_are_outcomes_cells_and_regressions(tmp_path):
+    """A case past --opconform-timeout is outcome "timeout" (cell TIMEOUT), a worker that dies is
+    "crash" (cell CRASH); both fail the run and are regressions in diff. (There was no time
+    limit: a hung kernel hung the run; pytest-timeout is not installed here, so the plugin's
+    own SIGALRM limit does it.)"""
+    from conformance import results as schema
+    from opconform import render, report
+
+    (tmp_path / "slow_backends.py").write_text(SLOW_MODULE)
+    document = run_suite(
+        tmp_path, paths=SELECTION[:1], modules=["slow_backends:ALL"], pythonpath=[tmp_path],
+        extra=["-k", "geglu_matches_oracle", "--device", "cpu", "--opconform-timeout", "2", "-p", "xdist",
+               "-n", "1"],
+    )  # fmt: skip
+    cases = {e["backend"]: e for e in document["results"]}
+    assert cases["slow"]["outcome"] == "timeout", cases["slow"]
+    assert cases["slow"]["failure"]["clause"] == "ACT-GEGLU"
+    assert "time limit of 2 s" in cases["slow"]["failure"]["error"]
+    assert cases["dying"]["outcome"] == "crash" and cases["dying"]["device"] == "cpu", cases["dying"]
+    assert document["returncode"] == 1
+    loaded = schema.Document.from_dict(document).to_dict()
+    text = render.text(loaded)
+    assert "TIMEOUT 1/1" in text and "CRASH 1/1" in text, text
+    assert not report.conforms(loaded)
+    before = {**loaded, "results": [{**r, "outcome": "passed"} for r in loaded["results"]]}
+    assert len(report.diff(before, loaded)["new failures"]) == 2
+
+
+def test_entry_point_that_raises_is_a_usage_error(monkeypatch):
+    """An installed entry point whose module raises on load was an INTERNALERROR."""
+    import backends as registry
+    from conformance import plugin
+
+    def broken():
+        raise RuntimeError("module-level init failed")
+
+    monkeypatch.setattr(registry, "entry_point_backends", broken)
+    with pytest.raises(pytest.UsageError, match="entry point raised RuntimeError: module-level init failed"):
+        plugin._select_backends(FakeConfig())
+
+
+def test_rerun_repeats_the_time_limit():
+    """The rerun command of a case keeps --opconform-timeout, so rerunning a hung case cannot hang."""
+    from conformance import rerun
+
+    options = rerun.rerun_options(backend_modules=[], expectations=[], profile="ci", seed=None, timeout=2.5)
+    assert "--opconform-timeout=2.5" in rerun.command("t.py::test_x", options)

@@ -18,3 +18,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def help_for(name: str) -> str:
     return COMMANDS[name][1]
+
+
+def writable_dir(path) -> str | None:
+    """None when ``path`` is (or can be made) a directory we can write in, else why not (for --out)."""
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".opconform-write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None

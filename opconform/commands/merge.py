@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from opconform import render, report
-from opconform.commands import help_for
+from opconform.commands import help_for, writable_dir
 
 HELP = help_for("merge")
 
@@ -18,6 +18,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    why = writable_dir(args.out) if args.out else None
+    if why:
+        print(f"opconform merge: --out {args.out}: cannot write there: {why}", file=sys.stderr)
+        return 2
     names = [str(p) for p in args.reports]
     document = report.merge([report.load(p) for p in args.reports], names=names)
     print(render.markdown(document) if args.markdown else render.text(document))

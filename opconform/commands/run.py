@@ -11,10 +11,13 @@ import sys
 from pathlib import Path
 
 from opconform import render, report
-from opconform.commands import help_for
+from opconform.commands import help_for, writable_dir
 
 HELP = help_for("run")
 PROFILES = ("dev", "ci", "thorough")  # Hypothesis profiles
+EXIT_DEVICE_ABSENT = 3  # a device named with --device is absent (README, exit statuses)
+EXIT_INCOMPLETE = 4  # pytest crashed or was interrupted: no report, or a run that did not complete
+PYTEST_USAGE_ERROR = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +31,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expectations", action="append", default=[], metavar="PATH",
                         help="expectations manifest or directory of them (repeatable)")  # fmt: skip
     parser.add_argument("--profile", choices=PROFILES, default=None, help="Hypothesis profile")
-    parser.add_argument("-n", dest="workers", default=None, metavar="N", help="xdist workers: N or auto")
+    parser.add_argument("-n", dest="workers", default=None, type=workers, metavar="N",
+                        help="xdist workers: N (0 or more), auto or logical")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="per-case time limit; a case past it is reported as 'timeout'")  # fmt: skip
     parser.add_argument("--out", default="opconform-report", metavar="DIR",
                         help="where report.json/.md/.html go (default: %(default)s)")  # fmt: skip
     parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
+
+
+def workers(value: str) -> str:
+    """``-n``'s value as pytest-xdist takes it: a count of 0 or more, ``auto`` or ``logical``."""
+    if value in ("auto", "logical") or (value.isdigit() and int(value) >= 0):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: expected a number of workers (0 or more), auto or logical")
 
 
 def plugin_registered() -> bool:
@@ -56,6 +69,8 @@ def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
     command += [f"--device={d}" for d in args.device]
     command += [f"--backend-module={m}" for m in args.backend_module]
     command += [f"--opconform-expectations={os.path.abspath(e)}" for e in args.expectations]
+    if args.timeout:
+        command.append(f"--opconform-timeout={args.timeout:g}")
     if args.profile:
         command.append(f"--hypothesis-profile={args.profile}")
     if args.workers is not None:
@@ -74,18 +89,35 @@ def run(args: argparse.Namespace) -> int:
             print(f"opconform run: --expectations {path}: no such file or directory", file=sys.stderr)
             return 2
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    why = writable_dir(out)
+    if why:
+        print(f"opconform run: --out {out}: cannot write there: {why}", file=sys.stderr)
+        return 2
     report_json = (out / "report.json").resolve()
     report_json.unlink(missing_ok=True)
     command = pytest_command(args, report_json)
     print("opconform run:", " ".join(command), flush=True)
     returncode = subprocess.call(command)  # pytest shows the progress
     if not report_json.exists():
+        if returncode == PYTEST_USAGE_ERROR:  # pytest printed the one-line reason above
+            print("opconform run: usage error (see pytest's ERROR line above)", file=sys.stderr)
+            return 2
         print(f"opconform run: pytest exited {returncode} without writing a report", file=sys.stderr)
-        return returncode or 2
+        return EXIT_INCOMPLETE
     document = report.load(report_json)
     written = render.write_outputs(document, out)
     print()
     print(render.text(document))
     print("\nwrote " + ", ".join(map(str, written)))
+    absent = document.get("absent_devices") or {}
+    if absent:
+        devices = "; ".join(f"{d} ({why})" for d, why in absent.items())
+        print(f"opconform run: requested device(s) absent: {devices}", file=sys.stderr)
+        return EXIT_DEVICE_ABSENT
+    if document.get("exitstatus") in (2, 3):  # interrupted, or a pytest internal error
+        print(
+            f"opconform run: pytest exited {document['exitstatus']}: the run did not complete",
+            file=sys.stderr,
+        )
+        return EXIT_INCOMPLETE
     return 0 if report.conforms(document) else 1
