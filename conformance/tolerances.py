@@ -87,6 +87,16 @@ def swiglu_step_bound(limit: float, dtype: torch.dtype) -> float:
     return limit * limit * (1 + tol.rtol) + tol.atol
 
 
+def oai_up_scale(x: torch.Tensor, *, limit: float | None, interleaved: bool, **_options) -> torch.Tensor:
+    """ACT-TOL for ACT-SWIGLU-OAI: the activation's absolute error is multiplied by (up + 1), so the
+    atol scales with max(1, |up.clamp(-limit, limit) + 1|), up the interleaved or right-half columns."""
+    up = x[..., 1::2] if interleaved else x[..., x.shape[-1] // 2 :]
+    up = up.detach().cpu().double()
+    if limit is not None:
+        up = up.clamp(-limit, limit)
+    return (up + 1).abs().clamp_min(1.0)
+
+
 def value_scale(v: torch.Tensor, q_heads: int, valid_keys: torch.Tensor | None = None) -> torch.Tensor:
     """ATTN-TOL: max(1, max |v|) per (batch, kv head) over the keys in the sequence, per query head."""
     v = v.detach().cpu().double().abs()
@@ -131,3 +141,4 @@ def dpm_atol_scale(dtype: torch.dtype, coefficients, magnitudes) -> torch.Tensor
 
 # Every scaling rule above, by name: spec/tolerances.md documents each (tests/test_tolerances.py).
 SCALING_RULES = (up_scale, swiglu_step_bound, value_scale, conversion_magnitude, dpm_atol_scale)
+SCALING_RULES += (oai_up_scale,)  # ACT-SWIGLU-OAI (issue 13)
