@@ -135,14 +135,13 @@ def limit_configs(draw, *, layers: int = 8):
     missing, None or short) with values > 0, zero, negative or None; and a layer index."""
 
     def one_list():
-        value = st.one_of(
-            clamp_limits(), st.just(0.0), st.just(0), clamp_limits().map(lambda v: -v), st.none()
-        )
-        return st.one_of(st.none(), st.lists(value, min_size=0, max_size=layers))
+        positive = clamp_limits()
+        value = st.one_of(positive, positive, st.just(0.0), st.just(0), positive.map(lambda v: -v), st.none())
+        full = st.lists(value, min_size=layers, max_size=layers)
+        return st.one_of(full, full, st.none(), st.lists(value, min_size=0, max_size=layers))
 
     config = {}
     for key in ("swiglu_limits", "swiglu_limits_shared"):
-        present = draw(st.booleans() | st.just(True), label=f"{key} present")
-        if present:
+        if draw(st.sampled_from((True, True, True, False)), label=f"{key} present"):
             config[key] = draw(one_list(), label=key)
     return config, draw(st.integers(0, layers - 1), label="layer_idx")
