@@ -129,12 +129,13 @@ class LimitNegativeTruthy(_LimitMutant):
     """A negative limit treated as a limit: ``if value:`` instead of ``value > 0``.
 
     Origin: truthiness checks on the per-layer lists (``if swiglu_limit:``), which let any
-    non-zero value through.
-    Caught by: ACT-LIMIT-CONFIG-OFF, ACT-LIMIT-CONFIG-LAYER.
+    non-zero value through. (The layer property then errors in swiglu_step_and_mul's validation
+    of the negative limit, which names no clause.)
+    Caught by: ACT-LIMIT-CONFIG-OFF.
     """
 
     name = "limit-negative-truthy"
-    clauses = {"ACT-LIMIT-CONFIG-OFF", "ACT-LIMIT-CONFIG-LAYER"}
+    clauses = {"ACT-LIMIT-CONFIG-OFF"}
 
     def select(self, value, shared):
         return float(value) if value else None
