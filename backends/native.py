@@ -82,6 +82,25 @@ class NativeBackend:
     # ACT-LIMIT-CONFIG: config parsing only, no tensors: the oracle's logic is the op.
     swiglu_limit = staticmethod(_act.swiglu_limit)
 
+    # --- GELU tanh-family variants (ACT-GELU-VARIANTS): float32 inside, one rounding to x's dtype
+
+    @staticmethod
+    def new_gelu(x: torch.Tensor) -> torch.Tensor:
+        _act.require_floating(x, "x")
+        return F.gelu(x, approximate="tanh")
+
+    @staticmethod
+    def fast_gelu(x: torch.Tensor) -> torch.Tensor:
+        _act.require_floating(x, "x")
+        v = x if x.dtype == torch.float64 else x.float()
+        return (0.5 * v * (1.0 + torch.tanh(0.7978845608 * v * (1.0 + 0.044715 * v * v)))).to(x.dtype)
+
+    @staticmethod
+    def quick_gelu(x: torch.Tensor) -> torch.Tensor:
+        _act.require_floating(x, "x")
+        v = x if x.dtype == torch.float64 else x.float()
+        return (v * torch.sigmoid(1.702 * v)).to(x.dtype)
+
     # --- masks and attention (spec/masks.md, spec/attention.md) ------------------------------
 
     @staticmethod

@@ -49,6 +49,13 @@ class ActivationOps(Protocol):
 
     def swiglu_limit(self, config: Any, layer_idx: int, *, shared: bool) -> float | None: ...
 
+    # GELU tanh-family variants (ACT-GELU-VARIANTS), elementwise.
+    def new_gelu(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def fast_gelu(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def quick_gelu(self, x: torch.Tensor) -> torch.Tensor: ...
+
 
 class MaskOps(Protocol):
     """spec/masks.md (reference/masks.py): boolean masks and the window converters."""
@@ -143,6 +150,9 @@ OPS: dict[str, str] = {
     "silu_clamped_and_mul": "activations",
     "swiglu_oai_and_mul": "activations",
     "swiglu_limit": "activations",
+    "new_gelu": "activations",
+    "fast_gelu": "activations",
+    "quick_gelu": "activations",
     "encoder_attention_mask": "masks",
     "swa_decode_mask": "masks",
     "flash_attention_window": "masks",

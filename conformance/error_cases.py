@@ -132,6 +132,10 @@ ACTIVATION_ERRORS += [
     _activation(
         "swiglu_limit", "value-str", _config({"swiglu_limits_shared": ["7"]}, 0, True), ValueError, "config"
     ),
+    *(
+        _activation(op, "integer-dtype", _gated((2, 3), torch.int32), TypeError, "x")
+        for op in ("new_gelu", "fast_gelu", "quick_gelu")
+    ),
 ]
 
 

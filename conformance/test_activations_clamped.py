@@ -237,3 +237,23 @@ def test_layer_from_config_clamps_with_its_limit(backend, device, recipe, case, 
         context=describe(backend, device, "swiglu_step_and_mul", limit=limit)
         + f" from swiglu_limit({config}, {layer_idx}, shared={shared}); the oracle selects {want_limit!r}",
     )
+
+
+GELU_VARIANTS = [
+    pytest.param(op, marks=pytest.mark.op(op), id=op) for op in ("new_gelu", "fast_gelu", "quick_gelu")
+]
+
+
+@pytest.mark.clause("ACT-GELU-VARIANTS")
+@pytest.mark.parametrize("op", GELU_VARIANTS)
+@given(recipe=gated_inputs(scales=(1.0, 3.0, 10.0)))
+def test_gelu_variant_matches_its_formula(backend, device, op, recipe):
+    """new_gelu, fast_gelu and quick_gelu each equal their own formula, elementwise."""
+    x = recipe.make(device)
+    assert_close(
+        getattr(backend, op)(x),
+        getattr(oracle, op)(x.cpu()),
+        clause="ACT-GELU-VARIANTS",
+        family=FAMILY,
+        context=describe(backend, device, op),
+    )

@@ -181,3 +181,21 @@ BACKENDS = [
     LimitAlwaysSeven(),
     SharedLimitNotZero(),
 ]
+
+
+class QuickGeluAsTanhGelu(NativeBackend):
+    """quick_gelu computed as the tanh GELU (NewGELU).
+
+    Origin: activation tables keyed by name, where "quick_gelu", "gelu_new" and "gelu_fast" are
+    neighbours and read as one "approximate GELU" (CLIP-style models use quick_gelu).
+    Caught by: ACT-GELU-VARIANTS.
+    """
+
+    name = "quick-gelu-as-tanh-gelu"
+    clauses = {"ACT-GELU-VARIANTS"}
+
+    def quick_gelu(self, x):
+        return NativeBackend.new_gelu(x)
+
+
+BACKENDS.append(QuickGeluAsTanhGelu())

@@ -33,6 +33,9 @@ __all__ = [
     "swiglu_oai_and_mul",
     "swiglu_limit",
     "oai_gate_up",
+    "new_gelu",
+    "fast_gelu",
+    "quick_gelu",
     "validate_gated_input",
 ]
 
@@ -178,3 +181,26 @@ def swiglu_limit(config: Mapping, layer_idx: int, *, shared: bool) -> float | No
     ):
         raise ValueError(f"config[{key!r}][{layer_idx}] must be a finite number or None, got {value!r}")
     return float(value) if value > 0 else None
+
+
+# --- GELU tanh-family variants (ACT-GELU-VARIANTS) ------------------------------------------------
+
+
+def new_gelu(x: torch.Tensor) -> torch.Tensor:
+    """ACT-GELU-VARIANTS: NewGELU, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    require_floating(x, "x")
+    return gelu(x.detach(), "tanh")
+
+
+def fast_gelu(x: torch.Tensor) -> torch.Tensor:
+    """ACT-GELU-VARIANTS: FastGELU, 0.5 x (1 + tanh(0.7978845608 x (1 + 0.044715 x^2)))."""
+    require_floating(x, "x")
+    x = x.detach().to(torch.float64)
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * x * (1.0 + 0.044715 * x * x)))
+
+
+def quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    """ACT-GELU-VARIANTS: QuickGELU, x * sigmoid(1.702 x)."""
+    require_floating(x, "x")
+    x = x.detach().to(torch.float64)
+    return x * torch.sigmoid(1.702 * x)

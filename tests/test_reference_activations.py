@@ -228,3 +228,16 @@ def test_oracle_matches_the_gpt_oss_expression():
     want = (up + 1) * (gate * torch.sigmoid(gate * 1.702))
     got = oracle.swiglu_oai_and_mul(x, alpha=1.702, limit=7.0, interleaved=True)
     torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14)
+
+
+@given(values=st.lists(finite, min_size=1, max_size=16))
+def test_gelu_variants_match_scalar_definitions(values):
+    """ACT-GELU-VARIANTS: NewGELU and FastGELU are the tanh GELU; QuickGELU is x * sigmoid(1.702 x)."""
+    x = torch.tensor(values, dtype=torch.float64)
+    tanh_gelu = torch.tensor([gelu_scalar(v, "tanh") for v in values], dtype=torch.float64)
+    quick = torch.tensor(
+        [v / (1.0 + math.exp(-1.702 * v)) if v > -400 else 0.0 for v in values], dtype=torch.float64
+    )
+    torch.testing.assert_close(oracle.new_gelu(x), tanh_gelu, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(oracle.fast_gelu(x), tanh_gelu, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(oracle.quick_gelu(x), quick, rtol=1e-12, atol=1e-12)
