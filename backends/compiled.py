@@ -16,8 +16,14 @@ import torch
 import torch.nn.functional as F
 
 from backends._toolchain import compile_unavailable
-from reference.activations import APPROXIMATE_MODES, validate_gated_input
-from reference.validation import require_choice, require_positive_finite_or_none
+from reference.activations import (
+    APPROXIMATE_MODES,
+    oai_gate_up,
+    require_bool,
+    swiglu_limit,
+    validate_gated_input,
+)
+from reference.validation import require_choice, require_positive_finite, require_positive_finite_or_none
 
 
 def _halves_1d(x: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,6 +47,28 @@ def _kernels():
         return torch.minimum(F.silu(gate), limit) * torch.clamp(up, -limit, limit)
 
     return geglu, swiglu, swiglu_step
+
+
+@functools.cache
+def _clamped_kernels():
+    """ACT-SILU-CLAMPED and ACT-SWIGLU-OAI; limit None travels as inf (the clamps are then identities)."""
+    compile_ = functools.partial(torch.compile, dynamic=True)
+
+    @compile_
+    def silu_clamped(gate, up, limit):
+        return F.silu(torch.minimum(gate, limit)) * torch.clamp(up, -limit, limit)
+
+    @compile_
+    def swiglu_oai(gate, up, alpha, limit):
+        gate = torch.minimum(gate.to(limit.dtype), limit)
+        up = torch.clamp(up.to(limit.dtype), -limit, limit)
+        return gate * torch.sigmoid(alpha * gate) * (up + 1)
+
+    return silu_clamped, swiglu_oai
+
+
+def _limit_tensor(limit: float | None, x: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(float("inf") if limit is None else limit, dtype=x.dtype, device=x.device)
 
 
 class CompiledBackend:
@@ -69,6 +97,26 @@ class CompiledBackend:
         else:
             out = _kernels()[2](gate, up, torch.tensor(limit, dtype=x.dtype, device=x.device))
         return out.reshape(*x.shape[:-1], d)
+
+    def silu_clamped_and_mul(self, x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
+        d = validate_gated_input(x)
+        limit = require_positive_finite_or_none(limit, "limit")
+        gate, up = _halves_1d(x, d)
+        out = _clamped_kernels()[0](gate, up, _limit_tensor(limit, x))
+        return out.reshape(*x.shape[:-1], d)
+
+    def swiglu_oai_and_mul(self, x: torch.Tensor, *, alpha: float, limit: float | None, interleaved: bool):
+        d = validate_gated_input(x)
+        alpha = require_positive_finite(alpha, "alpha")
+        limit = require_positive_finite_or_none(limit, "limit")
+        gate, up = (v.reshape(-1) for v in oai_gate_up(x, require_bool(interleaved, "interleaved")))
+        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+        scalars = [torch.tensor(v, dtype=compute, device=x.device) for v in (alpha, limit or float("inf"))]
+        out = _clamped_kernels()[1](gate, up, *scalars)
+        return out.to(x.dtype).reshape(*x.shape[:-1], d)
+
+    # ACT-LIMIT-CONFIG: config parsing, nothing to compile.
+    swiglu_limit = staticmethod(swiglu_limit)
 
 
 BACKEND = CompiledBackend()

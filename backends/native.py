@@ -10,10 +10,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from reference import activations as _act
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
 from reference.masks import validate_encoder_mask_args, validate_swa_decode_args
-from reference.validation import require_choice, require_positive_finite_or_none
+from reference.validation import require_choice, require_positive_finite, require_positive_finite_or_none
 
 
 def require_attention_mask(allowed, q):
@@ -54,6 +55,51 @@ class NativeBackend:
         if limit is None:
             return gate * up
         return gate.clamp(max=limit) * up.clamp(-limit, limit)
+
+    # --- clamped look-alikes, the limit's selection (ACT-SILU-CLAMPED, ACT-SWIGLU-OAI, ACT-LIMIT-CONFIG)
+
+    @staticmethod
+    def silu_clamped_and_mul(x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
+        d = validate_gated_input(x)
+        limit = require_positive_finite_or_none(limit, "limit")
+        gate, up = x[..., :d], x[..., d:]
+        if limit is not None:
+            gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def swiglu_oai_and_mul(x: torch.Tensor, *, alpha: float, limit: float | None, interleaved: bool):
+        """In float32 (as vLLM's swigluoai_and_mul CUDA kernel), one rounding to x's dtype."""
+        validate_gated_input(x)
+        alpha = require_positive_finite(alpha, "alpha")
+        limit = require_positive_finite_or_none(limit, "limit")
+        _act.require_bool(interleaved, "interleaved")
+        gate, up = _act.oai_gate_up(x.float() if x.dtype != torch.float64 else x, interleaved)
+        if limit is not None:
+            gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+        return (gate * torch.sigmoid(alpha * gate) * (up + 1)).to(x.dtype)
+
+    # ACT-LIMIT-CONFIG: config parsing only, no tensors: the oracle's logic is the op.
+    swiglu_limit = staticmethod(_act.swiglu_limit)
+
+    # --- GELU tanh-family variants (ACT-GELU-VARIANTS): float32 inside, one rounding to x's dtype
+
+    @staticmethod
+    def new_gelu(x: torch.Tensor) -> torch.Tensor:
+        _act.require_floating(x, "x")
+        return F.gelu(x, approximate="tanh")
+
+    @staticmethod
+    def fast_gelu(x: torch.Tensor) -> torch.Tensor:
+        _act.require_floating(x, "x")
+        v = x if x.dtype == torch.float64 else x.float()
+        return (0.5 * v * (1.0 + torch.tanh(0.7978845608 * v * (1.0 + 0.044715 * v * v)))).to(x.dtype)
+
+    @staticmethod
+    def quick_gelu(x: torch.Tensor) -> torch.Tensor:
+        _act.require_floating(x, "x")
+        v = x if x.dtype == torch.float64 else x.float()
+        return (v * torch.sigmoid(1.702 * v)).to(x.dtype)
 
     # --- masks and attention (spec/masks.md, spec/attention.md) ------------------------------
 
@@ -124,6 +170,8 @@ BACKEND = NativeBackend()
 gelu_and_mul = NativeBackend.gelu_and_mul
 silu_and_mul = NativeBackend.silu_and_mul
 swiglu_step_and_mul = NativeBackend.swiglu_step_and_mul
+silu_clamped_and_mul = NativeBackend.silu_clamped_and_mul
+swiglu_oai_and_mul = NativeBackend.swiglu_oai_and_mul
 encoder_attention_mask = NativeBackend.encoder_attention_mask
 swa_decode_mask = NativeBackend.swa_decode_mask
 attention = NativeBackend.attention

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from backends import native
+from backends import NotImplementedOp, native
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
 from reference.masks import CANN_MAX_TOKENS, require_window
@@ -101,6 +101,10 @@ class AscendBackend:
             return self.silu_and_mul(x)
         gate, up = x[..., :d], x[..., d:]
         return F.silu(gate).clamp(max=limit) * up.clamp(-limit, limit)
+
+    # ACT-SILU-CLAMPED / ACT-SWIGLU-OAI: no CANN op is known for them (spec/activations.md, Sources).
+    silu_clamped_and_mul = NotImplementedOp("no CANN op is known for the clamp-before-SiLU SwiGLU")
+    swiglu_oai_and_mul = NotImplementedOp("no CANN op is known for the gpt-oss SwiGLU (alpha, +1)")
 
     # --- masks and attention on FIA (spec/masks.md, spec/attention.md) ---------------------
     # Masks are bool; FIA's polarity is True = masked.

@@ -40,6 +40,22 @@ class ActivationOps(Protocol):
         """Ascend adapters: the ``torch_npu.npu_geglu`` keyword arguments that give gelu_and_mul."""
         ...
 
+    # Clamped look-alikes and the limit's selection (ACT-SILU-CLAMPED, ACT-SWIGLU-OAI, ACT-LIMIT-CONFIG).
+    def silu_clamped_and_mul(self, x: torch.Tensor, *, limit: float | None) -> torch.Tensor: ...
+
+    def swiglu_oai_and_mul(
+        self, x: torch.Tensor, *, alpha: float, limit: float | None, interleaved: bool
+    ) -> torch.Tensor: ...
+
+    def swiglu_limit(self, config: Any, layer_idx: int, *, shared: bool) -> float | None: ...
+
+    # GELU tanh-family variants (ACT-GELU-VARIANTS), elementwise.
+    def new_gelu(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def fast_gelu(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def quick_gelu(self, x: torch.Tensor) -> torch.Tensor: ...
+
 
 class MaskOps(Protocol):
     """spec/masks.md (reference/masks.py): boolean masks and the window converters."""
@@ -131,6 +147,12 @@ OPS: dict[str, str] = {
     "silu_and_mul": "activations",
     "swiglu_step_and_mul": "activations",
     "npu_geglu_args": "activations",
+    "silu_clamped_and_mul": "activations",
+    "swiglu_oai_and_mul": "activations",
+    "swiglu_limit": "activations",
+    "new_gelu": "activations",
+    "fast_gelu": "activations",
+    "quick_gelu": "activations",
     "encoder_attention_mask": "masks",
     "swa_decode_mask": "masks",
     "flash_attention_window": "masks",

@@ -12,11 +12,12 @@ import torch.nn.functional as F
 
 from backends.native import NativeBackend
 from backends.npu import AscendBackend, emulator_unavailable, load_emulator
+from mutants import _activations_clamped as clamped
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.validation import require_choice, require_positive_finite_or_none
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
-PROPERTIES = ["conformance.test_activations"]
+PROPERTIES = ["conformance.test_activations", "conformance.test_activations_clamped"]
 
 
 class _AscendMutant(AscendBackend):
@@ -136,12 +137,13 @@ class _StepMutant(NativeBackend):
 class GateClampedBeforeSilu(_StepMutant):
     """The gate clamped BEFORE the SiLU: silu(gate.clamp(max=limit)).
 
-    Origin: another model family's contract, copied into the wrong model.
-    Caught by: ACT-SWIGLU-STEP.
+    Origin: another model family's contract (vLLM SiluAndMulWithClamp, ACT-SILU-CLAMPED),
+    copied into the wrong model.
+    Caught by: ACT-SWIGLU-STEP, ACT-CLAMP-ORDER.
     """
 
     name = "gate-clamped-before-silu"
-    clauses = {"ACT-SWIGLU-STEP"}
+    clauses = {"ACT-SWIGLU-STEP", "ACT-CLAMP-ORDER"}
 
     def step(self, gate, up, limit):
         if limit is None:
@@ -305,4 +307,5 @@ BACKENDS = [
     WritesIntoInput(),
     NanSwallowed(),
     OddWidthTruncated(),
+    *clamped.BACKENDS,  # ACT-SILU-CLAMPED, ACT-SWIGLU-OAI, ACT-CLAMP-NO-DEFAULT, ACT-LIMIT-CONFIG
 ]

@@ -8,6 +8,8 @@ the self-tests can compare them with it as an independent peer.
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Mapping
 
 import torch
 
@@ -15,6 +17,7 @@ from reference.validation import (
     require_choice,
     require_even_last_dim,
     require_floating,
+    require_positive_finite,
     require_positive_finite_or_none,
 )
 
@@ -26,6 +29,13 @@ __all__ = [
     "silu_and_mul",
     "swiglu_step_and_mul",
     "npu_geglu_args",
+    "silu_clamped_and_mul",
+    "swiglu_oai_and_mul",
+    "swiglu_limit",
+    "oai_gate_up",
+    "new_gelu",
+    "fast_gelu",
+    "quick_gelu",
     "validate_gated_input",
 ]
 
@@ -92,3 +102,105 @@ def npu_geglu_args(approximate: str) -> dict:
     """
     require_choice(approximate, "approximate", APPROXIMATE_MODES)
     return {"dim": -1, "approximate": 1 if approximate == "tanh" else 0, "activate_left": True}
+
+
+# --- clamped look-alikes and the limit's selection -------------------------------------
+
+
+def silu_clamped_and_mul(x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
+    """ACT-SILU-CLAMPED: silu(gate.clamp(max=limit)) * up.clamp(-limit, limit); limit=None: no clamp.
+
+    The gate is clamped BEFORE the SiLU (vLLM SiluAndMulWithClamp), unlike swiglu_step_and_mul.
+    """
+    d = validate_gated_input(x)
+    limit = require_positive_finite_or_none(limit, "limit")
+    x = x.detach().to(torch.float64)
+    gate, up = x[..., :d], x[..., d:]
+    if limit is not None:
+        gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+    return silu(gate) * up
+
+
+def require_bool(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def oai_gate_up(x: torch.Tensor, interleaved: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """ACT-SWIGLU-OAI: (gate, up): x[..., ::2], x[..., 1::2] when interleaved, else the halves."""
+    if interleaved:
+        return x[..., ::2], x[..., 1::2]
+    d = x.shape[-1] // 2
+    return x[..., :d], x[..., d:]
+
+
+def swiglu_oai_and_mul(
+    x: torch.Tensor, *, alpha: float, limit: float | None, interleaved: bool
+) -> torch.Tensor:
+    """ACT-SWIGLU-OAI: g * sigmoid(alpha g) * (u + 1), g = gate.clamp(max=limit), u = up.clamp(-limit, limit).
+
+    gpt-oss: alpha 1.702, limit 7.0, interleaved=True. limit=None: no clamp. No defaults.
+    """
+    validate_gated_input(x)
+    alpha = require_positive_finite(alpha, "alpha")
+    limit = require_positive_finite_or_none(limit, "limit")
+    require_bool(interleaved, "interleaved")
+    gate, up = oai_gate_up(x.detach().to(torch.float64), interleaved)
+    if limit is not None:
+        gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+    return gate * torch.sigmoid(alpha * gate) * (up + 1.0)
+
+
+LIMIT_KEYS = {False: "swiglu_limits", True: "swiglu_limits_shared"}
+
+
+def swiglu_limit(config: Mapping, layer_idx: int, *, shared: bool) -> float | None:
+    """ACT-LIMIT-CONFIG(-OFF): the clamp limit of layer ``layer_idx`` from a Step-3.5-shaped config.
+
+    Reads ``config["swiglu_limits_shared"]`` for the shared expert, ``config["swiglu_limits"]`` for
+    the routed ones. A missing key, a None list, a list too short, a None value or a value <= 0
+    gives None (no clamp); a value > 0 is returned as float.
+    """
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a mapping, got {type(config).__name__}")
+    if isinstance(layer_idx, bool) or not isinstance(layer_idx, numbers.Integral) or layer_idx < 0:
+        raise ValueError(f"layer_idx must be an int >= 0, got {layer_idx!r}")
+    key = LIMIT_KEYS[require_bool(shared, "shared")]
+    limits = config.get(key)
+    if limits is None or layer_idx >= len(limits):
+        return None
+    value = limits[layer_idx]
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or math.isnan(value)
+        or math.isinf(value)
+    ):
+        raise ValueError(f"config[{key!r}][{layer_idx}] must be a finite number or None, got {value!r}")
+    return float(value) if value > 0 else None
+
+
+# --- GELU tanh-family variants (ACT-GELU-VARIANTS) ------------------------------------------------
+
+
+def new_gelu(x: torch.Tensor) -> torch.Tensor:
+    """ACT-GELU-VARIANTS: NewGELU, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    require_floating(x, "x")
+    return gelu(x.detach(), "tanh")
+
+
+def fast_gelu(x: torch.Tensor) -> torch.Tensor:
+    """ACT-GELU-VARIANTS: FastGELU, 0.5 x (1 + tanh(0.7978845608 x (1 + 0.044715 x^2)))."""
+    require_floating(x, "x")
+    x = x.detach().to(torch.float64)
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * x * (1.0 + 0.044715 * x * x)))
+
+
+def quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    """ACT-GELU-VARIANTS: QuickGELU, x * sigmoid(1.702 x)."""
+    require_floating(x, "x")
+    x = x.detach().to(torch.float64)
+    return x * torch.sigmoid(1.702 * x)

@@ -153,3 +153,91 @@ def test_swiglu_step_bound_holds_for_the_oracle(limit, seed):
     """ACT-SWIGLU-STEP-BOUND holds for the oracle itself, so the property is satisfiable."""
     x = torch.randn(64, 32, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 30
     assert oracle.swiglu_step_and_mul(x, limit=limit).abs().max().item() <= limit * limit
+
+
+# --- the clamped look-alikes and the limit's selection ---------------------------------
+
+
+def clip(v: float, limit: float | None, *, low: bool) -> float:
+    if limit is None:
+        return v
+    return max(-limit, min(v, limit)) if low else min(v, limit)
+
+
+@given(rows=pairs, limit=st.one_of(st.none(), st.floats(0.01, 50)))
+def test_silu_clamped_matches_scalar_definition(rows, limit):
+    """ACT-SILU-CLAMPED: silu(min(gate, limit)) * clip(up, -limit, limit), element by element."""
+    got = oracle.silu_clamped_and_mul(as_gated(rows), limit=limit)
+    want = [silu_scalar(clip(g, limit, low=False)) * clip(u, limit, low=True) for g, u in rows]
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+
+
+def oai_scalar(g: float, u: float, alpha: float, limit: float | None) -> float:
+    """gpt-oss GptOssExperts: g * sigmoid(alpha g) * (u + 1) after the clamps, with the math module."""
+    g, u = clip(g, limit, low=False), clip(u, limit, low=True)
+    z = alpha * g
+    sigmoid = 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+    return g * sigmoid * (u + 1.0)
+
+
+@given(
+    rows=pairs,
+    alpha=st.floats(0.1, 4),
+    limit=st.one_of(st.none(), st.just(7.0), st.floats(0.01, 50)),
+    interleaved=st.booleans(),
+)
+def test_swiglu_oai_matches_scalar_definition(rows, alpha, limit, interleaved):
+    """ACT-SWIGLU-OAI: interleaved [g0, u0, g1, u1, ...] or halves [g..., u...]."""
+    flat = [v for pair in rows for v in pair]
+    x = torch.tensor(flat, dtype=torch.float64) if interleaved else as_gated(rows)
+    got = oracle.swiglu_oai_and_mul(x, alpha=alpha, limit=limit, interleaved=interleaved)
+    want = [oai_scalar(g, u, alpha, limit) for g, u in rows]
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=1e-12)
+
+
+def test_clamped_oracles_have_no_defaults():
+    """ACT-CLAMP-NO-DEFAULT: limit (and alpha, interleaved) must be passed."""
+    with pytest.raises(TypeError):
+        oracle.silu_clamped_and_mul(torch.ones(4))  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        oracle.swiglu_oai_and_mul(torch.ones(4), alpha=1.702, interleaved=True)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "config, layer_idx, shared, expected",
+    [
+        ({"swiglu_limits": [0.0, 7.0], "swiglu_limits_shared": [16.0, -1.0]}, 1, False, 7.0),
+        ({"swiglu_limits": [0.0, 7.0], "swiglu_limits_shared": [16.0, -1.0]}, 1, True, None),
+        ({"swiglu_limits": [0.0, 7.0], "swiglu_limits_shared": [16.0, -1.0]}, 0, True, 16.0),
+        ({"swiglu_limits": [0.0, 7.0]}, 0, False, None),
+        ({"swiglu_limits": [0.0, 7.0]}, 5, False, None),
+        ({"swiglu_limits": [7]}, 0, True, None),
+        ({"swiglu_limits": [None, 2]}, 0, False, None),
+        ({"swiglu_limits": None}, 0, False, None),
+    ],
+)
+def test_swiglu_limit_selection(config, layer_idx, shared, expected):
+    """ACT-LIMIT-CONFIG / -OFF on hand-written configs."""
+    assert oracle.swiglu_limit(config, layer_idx, shared=shared) == expected
+
+
+def test_oracle_matches_the_gpt_oss_expression():
+    """ACT-SWIGLU-OAI: the oracle equals the transformers GptOssExperts expression written with torch."""
+    x = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 8
+    gate, up = x[..., ::2].clamp(min=None, max=7.0), x[..., 1::2].clamp(min=-7.0, max=7.0)
+    want = (up + 1) * (gate * torch.sigmoid(gate * 1.702))
+    got = oracle.swiglu_oai_and_mul(x, alpha=1.702, limit=7.0, interleaved=True)
+    torch.testing.assert_close(got, want, rtol=1e-14, atol=1e-14)
+
+
+@given(values=st.lists(finite, min_size=1, max_size=16))
+def test_gelu_variants_match_scalar_definitions(values):
+    """ACT-GELU-VARIANTS: NewGELU and FastGELU are the tanh GELU; QuickGELU is x * sigmoid(1.702 x)."""
+    x = torch.tensor(values, dtype=torch.float64)
+    tanh_gelu = torch.tensor([gelu_scalar(v, "tanh") for v in values], dtype=torch.float64)
+    quick = torch.tensor(
+        [v / (1.0 + math.exp(-1.702 * v)) if v > -400 else 0.0 for v in values], dtype=torch.float64
+    )
+    torch.testing.assert_close(oracle.new_gelu(x), tanh_gelu, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(oracle.fast_gelu(x), tanh_gelu, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(oracle.quick_gelu(x), quick, rtol=1e-12, atol=1e-12)

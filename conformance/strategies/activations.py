@@ -118,3 +118,30 @@ def clamp_limits(*, low: float = 1 / 8, high: float = 20.0):
 def small_limits():
     """Limits k/64 in (0, 0.1875]: below every silu value on SILU_NEGATIVE_GATE."""
     return st.integers(1, 12).map(lambda k: k / 64)
+
+
+# ACT-SWIGLU-OAI: gpt-oss's alpha and others; never 1.0, where sigmoid(alpha g) is silu's.
+OAI_ALPHAS = (1.702, 0.5, 1.25, 2.0, 3.0)
+
+
+def oai_limits():
+    """gpt-oss's 7.0, None (no clamp), or k/8 limits."""
+    return st.one_of(st.just(7.0), st.none(), clamp_limits())
+
+
+@st.composite
+def limit_configs(draw, *, layers: int = 8):
+    """Step-3.5-shaped configs: ``swiglu_limits`` / ``swiglu_limits_shared`` lists (each may be
+    missing, None or short) with values > 0, zero, negative or None; and a layer index."""
+
+    def one_list():
+        positive = clamp_limits()
+        value = st.one_of(positive, positive, st.just(0.0), st.just(0), positive.map(lambda v: -v), st.none())
+        full = st.lists(value, min_size=layers, max_size=layers)
+        return st.one_of(full, full, st.none(), st.lists(value, min_size=0, max_size=layers))
+
+    config = {}
+    for key in ("swiglu_limits", "swiglu_limits_shared"):
+        if draw(st.sampled_from((True, True, True, False)), label=f"{key} present"):
+            config[key] = draw(one_list(), label=key)
+    return config, draw(st.integers(0, layers - 1), label="layer_idx")

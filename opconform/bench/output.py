@@ -84,7 +84,7 @@ def format_table(document: dict) -> str:
 def format_targets(document: dict) -> str:
     if not document["targets"]:
         return ""
-    lines = ["Oracle targets (issue 7 item 1): measured vs target"]
+    lines = ["Oracle targets (README, Performance): measured vs target"]
     for t in document["targets"]:
         limit = f"<= {t['target_s']:g} s" + (
             f", <= {_bytes(t['target_peak_bytes'])}" if t["target_peak_bytes"] else ""

@@ -1,0 +1,259 @@
+"""Conformance properties for spec/activations.md: the clamped look-alikes (clamp before the SiLU,
+the gpt-oss SwiGLU), their missing defaults, and the limit's selection from the model config.
+
+Each test names its clauses with ``@pytest.mark.clause``; the backend/device pairs come from
+the opconform plugin.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from backends import not_implemented_reason
+from conformance.checks import assert_close, check, describe
+from conformance.strategies.activations import (
+    OAI_ALPHAS,
+    clamp_limits,
+    gated_inputs,
+    limit_configs,
+    oai_limits,
+)
+from conformance.strategies.common import seeds
+from conformance.tolerances import oai_up_scale, up_scale
+from reference import activations as oracle
+
+FAMILY = "activations"
+
+
+@pytest.mark.clause("ACT-SILU-CLAMPED")
+@pytest.mark.op("silu_clamped_and_mul")
+@given(recipe=gated_inputs(), limit=st.one_of(st.none(), clamp_limits()))
+def test_silu_clamped_matches_oracle(backend, device, recipe, limit):
+    """silu_clamped_and_mul equals silu(gate.clamp(max=limit)) * up.clamp(-limit, limit)."""
+    x = recipe.make(device)
+    assert_close(
+        backend.silu_clamped_and_mul(x, limit=limit),
+        oracle.silu_clamped_and_mul(x.cpu(), limit=limit),
+        clause="ACT-SILU-CLAMPED",
+        family=FAMILY,
+        atol_scale=up_scale(x, limit=limit),
+        context=describe(backend, device, "silu_clamped_and_mul", limit=limit),
+    )
+
+
+def _gates_above_limit(shape, limit: float, seed: int, device) -> torch.Tensor:
+    """float32 x whose gates lie in [limit + 1, limit + 10] and whose up half is N(0, limit)."""
+    gen = torch.Generator().manual_seed(seed)
+    half = (*shape[:-1], shape[-1] // 2)
+    gate = limit + 1 + 9 * torch.rand(half, generator=gen, dtype=torch.float64)
+    up = limit * torch.randn(half, generator=gen, dtype=torch.float64)
+    return torch.cat([gate, up], dim=-1).float().to(device)
+
+
+@pytest.mark.clause("ACT-CLAMP-ORDER")
+@pytest.mark.parametrize(
+    "op",
+    [pytest.param(op, marks=pytest.mark.op(op)) for op in ("silu_clamped_and_mul", "swiglu_step_and_mul")],
+)
+@given(rows=st.integers(1, 8), half=st.integers(1, 64), limit=clamp_limits(high=10.0), seed=seeds(bits=32))
+def test_clamp_order(backend, device, op, rows, half, limit, seed):
+    """Gates above the limit: silu_clamped gives silu(limit) * up_c; swiglu_step min(silu(g), limit) * up_c"""
+    x = _gates_above_limit((rows, 2 * half), limit, seed, device)
+    assert_close(
+        getattr(backend, op)(x, limit=limit),
+        getattr(oracle, op)(x.cpu(), limit=limit),
+        clause="ACT-CLAMP-ORDER",
+        family=FAMILY,
+        atol_scale=up_scale(x, limit=limit),
+        context=describe(backend, device, op, limit=limit) + ", every gate above the limit",
+    )
+
+
+@pytest.mark.clause("ACT-SWIGLU-OAI")
+@pytest.mark.op("swiglu_oai_and_mul")
+@given(
+    recipe=gated_inputs(scales=(1.0, 3.0, 10.0)),
+    alpha=st.sampled_from(OAI_ALPHAS),
+    limit=oai_limits(),
+    interleaved=st.booleans(),
+)
+def test_swiglu_oai_matches_oracle(backend, device, recipe, alpha, limit, interleaved):
+    """g * sigmoid(alpha g) * (u + 1) with the clamps, on the interleaved or halves layout."""
+    x = recipe.make(device)
+    options = {"alpha": alpha, "limit": limit, "interleaved": interleaved}
+    assert_close(
+        backend.swiglu_oai_and_mul(x, **options),
+        oracle.swiglu_oai_and_mul(x.cpu(), **options),
+        clause="ACT-SWIGLU-OAI",
+        family=FAMILY,
+        atol_scale=oai_up_scale(x, **options),
+        context=describe(backend, device, "swiglu_oai_and_mul", **options),
+    )
+
+
+@pytest.mark.clause("ACT-SWIGLU-OAI-LAYOUT")
+@pytest.mark.op("swiglu_oai_and_mul")
+@given(recipe=gated_inputs(dtypes=(torch.float32,), scales=(1.0, 3.0)), limit=oai_limits())
+def test_swiglu_oai_interleaved_is_deinterleaved_halves(backend, device, recipe, limit):
+    """interleaved=True on x equals interleaved=False on cat(x[..., ::2], x[..., 1::2])."""
+    x = recipe.make(device)
+    halves = torch.cat([x[..., ::2], x[..., 1::2]], dim=-1)
+    options = {"alpha": 1.702, "limit": limit}
+    context = describe(backend, device, "swiglu_oai_and_mul", **options)
+    interleaved = backend.swiglu_oai_and_mul(x, interleaved=True, **options)
+    assert_close(
+        interleaved,
+        backend.swiglu_oai_and_mul(halves, interleaved=False, **options).double(),
+        clause="ACT-SWIGLU-OAI-LAYOUT",
+        family=FAMILY,
+        atol_scale=oai_up_scale(x, limit=limit, interleaved=True),
+        context=context + ": interleaved x vs its de-interleaved halves",
+    )
+    if x.shape[-1] >= 4:  # with d >= 2 the layouts pick different columns of a random x
+        on_halves = backend.swiglu_oai_and_mul(x, interleaved=False, **options)
+        check(
+            not torch.equal(interleaved, on_halves),
+            clause="ACT-SWIGLU-OAI-LAYOUT",
+            message=f"{context}: interleaved=True and False give the same output: the flag is ignored",
+        )
+
+
+CLAMPED = {
+    "swiglu_step_and_mul": {},
+    "silu_clamped_and_mul": {},
+    "swiglu_oai_and_mul": {"alpha": 1.702, "interleaved": True},
+}
+CLAMPED_OPS = [pytest.param(op, marks=pytest.mark.op(op), id=op) for op in CLAMPED]
+
+
+@pytest.mark.clause("ACT-CLAMP-NO-DEFAULT")
+@pytest.mark.parametrize("op", CLAMPED_OPS)
+def test_clamped_op_requires_limit(backend, device, op):
+    """Calling a clamped op without ``limit`` raises TypeError: there is no default limit."""
+    x = torch.ones(2, 4, device=device)
+    try:
+        getattr(backend, op)(x, **CLAMPED[op])
+    except TypeError:
+        return
+    except Exception as error:  # noqa: BLE001 - any other outcome breaks the clause
+        outcome = f"raised {type(error).__name__}: {error}"
+    else:
+        outcome = "returned a result (a default limit was applied)"
+    check(
+        False,
+        clause="ACT-CLAMP-NO-DEFAULT",
+        message=f"backend {backend.name!r}: {op}(x) without limit {outcome}",
+    )
+
+
+@pytest.mark.clause("ACT-CLAMP-NO-DEFAULT")
+@pytest.mark.parametrize("op", CLAMPED_OPS)
+@given(recipe=gated_inputs(scales=(10.0, 30.0), max_numel=1 << 12))
+def test_clamped_op_without_limit_does_not_clamp(backend, device, op, recipe):
+    """limit=None equals the unclamped formula also far above any usual limit."""
+    x = recipe.make(device)
+    options = {**CLAMPED[op], "limit": None}
+    scale = oai_up_scale(x, **options) if op == "swiglu_oai_and_mul" else up_scale(x)
+    assert_close(
+        getattr(backend, op)(x, **options),
+        getattr(oracle, op)(x.cpu(), **options),
+        clause="ACT-CLAMP-NO-DEFAULT",
+        family=FAMILY,
+        atol_scale=scale,
+        context=describe(backend, device, op, **options),
+    )
+
+
+# ACT-LIMIT-CONFIG / -OFF: (config, layer_idx, shared, expected).
+SELECTED = [
+    ({"swiglu_limits": [0.0, 7.0], "swiglu_limits_shared": [0.0, 16.0]}, 1, False, 7.0),
+    ({"swiglu_limits": [0.0, 7.0], "swiglu_limits_shared": [0.0, 16.0]}, 1, True, 16.0),
+    ({"swiglu_limits": [2.5], "swiglu_limits_shared": [0.0]}, 0, False, 2.5),
+    ({"swiglu_limits": [0.0], "swiglu_limits_shared": [3]}, 0, True, 3.0),
+    ({"swiglu_limits_shared": [5.0]}, 0, True, 5.0),
+]
+DISABLED = [
+    ("negative-routed", {"swiglu_limits": [-7.0]}, 0, False),
+    ("negative-shared", {"swiglu_limits_shared": [-7.0]}, 0, True),
+    ("zero-routed", {"swiglu_limits": [0.0, 0]}, 1, False),
+    ("zero-shared", {"swiglu_limits_shared": [0]}, 0, True),
+    ("none-value", {"swiglu_limits": [None]}, 0, False),
+    ("missing-key", {"swiglu_limits": [7.0]}, 0, True),
+    ("missing-routed", {"swiglu_limits_shared": [7.0]}, 0, False),
+    ("none-list", {"swiglu_limits": None}, 0, False),
+    ("short-list", {"swiglu_limits": [7.0, 7.0]}, 2, False),
+]
+
+
+@pytest.mark.clause("ACT-LIMIT-CONFIG")
+@pytest.mark.op("swiglu_limit")
+@pytest.mark.parametrize("config, layer_idx, shared, expected", SELECTED)
+def test_limit_selected_from_config(backend, device, config, layer_idx, shared, expected):
+    """A value > 0 in the list for this expert kind (shared or routed) is the limit."""
+    got = backend.swiglu_limit(config, layer_idx, shared=shared)
+    check(
+        got == expected and isinstance(got, float),
+        clause="ACT-LIMIT-CONFIG",
+        message=f"backend {backend.name!r}: swiglu_limit({config}, {layer_idx}, shared={shared}) = {got!r}, "
+        f"expected {expected!r}",
+    )
+
+
+@pytest.mark.clause("ACT-LIMIT-CONFIG-OFF")
+@pytest.mark.op("swiglu_limit")
+@pytest.mark.parametrize("label, config, layer_idx, shared", DISABLED, ids=[c[0] for c in DISABLED])
+def test_limit_disabled_by_config(backend, device, label, config, layer_idx, shared):
+    """A value <= 0, None, a missing key or a short list gives None (no clamp)."""
+    got = backend.swiglu_limit(config, layer_idx, shared=shared)
+    check(
+        got is None,
+        clause="ACT-LIMIT-CONFIG-OFF",
+        message=f"backend {backend.name!r}: swiglu_limit({config}, {layer_idx}, shared={shared}) = {got!r} "
+        f"({label}), expected None: the clamp must be off",
+    )
+
+
+@pytest.mark.clause("ACT-LIMIT-CONFIG-LAYER")
+@pytest.mark.op("swiglu_limit")
+@given(recipe=gated_inputs(scales=(3.0, 10.0), max_numel=1 << 12), case=limit_configs(), shared=st.booleans())
+def test_layer_from_config_clamps_with_its_limit(backend, device, recipe, case, shared):
+    """swiglu_step_and_mul with the backend's selected limit equals the oracle with the oracle's."""
+    config, layer_idx = case
+    reason = not_implemented_reason(backend, "swiglu_step_and_mul")
+    if reason:
+        pytest.skip(f"the layer needs swiglu_step_and_mul: {reason}")
+    limit = backend.swiglu_limit(config, layer_idx, shared=shared)
+    want_limit = oracle.swiglu_limit(config, layer_idx, shared=shared)
+    x = recipe.make(device)
+    assert_close(
+        backend.swiglu_step_and_mul(x, limit=limit),
+        oracle.swiglu_step_and_mul(x.cpu(), limit=want_limit),
+        clause="ACT-LIMIT-CONFIG-LAYER",
+        family=FAMILY,
+        atol_scale=up_scale(x, limit=want_limit),
+        context=describe(backend, device, "swiglu_step_and_mul", limit=limit)
+        + f" from swiglu_limit({config}, {layer_idx}, shared={shared}); the oracle selects {want_limit!r}",
+    )
+
+
+GELU_VARIANTS = [
+    pytest.param(op, marks=pytest.mark.op(op), id=op) for op in ("new_gelu", "fast_gelu", "quick_gelu")
+]
+
+
+@pytest.mark.clause("ACT-GELU-VARIANTS")
+@pytest.mark.parametrize("op", GELU_VARIANTS)
+@given(recipe=gated_inputs(scales=(1.0, 3.0, 10.0)))
+def test_gelu_variant_matches_its_formula(backend, device, op, recipe):
+    """new_gelu, fast_gelu and quick_gelu each equal their own formula, elementwise."""
+    x = recipe.make(device)
+    assert_close(
+        getattr(backend, op)(x),
+        getattr(oracle, op)(x.cpu()),
+        clause="ACT-GELU-VARIANTS",
+        family=FAMILY,
+        context=describe(backend, device, op),
+    )

@@ -1,0 +1,201 @@
+"""Activation mutants for the clamped look-alikes and the limit's selection (spec/activations.md:
+ACT-SILU-CLAMPED, ACT-CLAMP-ORDER, ACT-SWIGLU-OAI, ACT-CLAMP-NO-DEFAULT, ACT-LIMIT-CONFIG).
+
+Part of the ``activations`` family: ``mutants/activations.py`` lists them in its ``BACKENDS``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from backends.native import NativeBackend
+from reference import activations as ref
+from reference.activations import validate_gated_input
+from reference.validation import require_positive_finite, require_positive_finite_or_none
+
+
+class SiluClampedAfterSilu(NativeBackend):
+    """silu_clamped_and_mul clamps AFTER the SiLU: silu(gate).clamp(max=limit) * up_c.
+
+    Origin: the SwiGLU-step kernel (Step-3.5) reused for vLLM's SiluAndMulWithClamp contract
+    (DeepSeek-V4 shared experts); the two differ only in where the gate is clamped.
+    Caught by: ACT-SILU-CLAMPED, ACT-CLAMP-ORDER.
+    """
+
+    name = "silu-clamped-after-silu"
+    clauses = {"ACT-SILU-CLAMPED", "ACT-CLAMP-ORDER"}
+
+    def silu_clamped_and_mul(self, x, *, limit):
+        return NativeBackend.swiglu_step_and_mul(x, limit=limit)
+
+
+class _OaiMutant(NativeBackend):
+    """Validation as in the contract, then ``glu(gate, up, alpha, limit)`` on the chosen layout."""
+
+    def layout(self, x, interleaved):
+        return ref.oai_gate_up(x, interleaved)
+
+    def glu(self, gate, up, alpha):
+        return gate * torch.sigmoid(alpha * gate) * (up + 1)
+
+    def swiglu_oai_and_mul(self, x, *, alpha, limit, interleaved):
+        validate_gated_input(x)
+        alpha = require_positive_finite(alpha, "alpha")
+        limit = require_positive_finite_or_none(limit, "limit")
+        gate, up = self.layout(x.float(), ref.require_bool(interleaved, "interleaved"))
+        if limit is not None:
+            gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+        return self.glu(gate, up, alpha).to(x.dtype)
+
+
+class OaiHalvesNotInterleaved(_OaiMutant):
+    """The gpt-oss SwiGLU on the halves layout whatever ``interleaved`` says.
+
+    Origin: gpt-oss checkpoints interleave gate and up columns (``gate_up[..., ::2]``); kernels
+    written for merged ``[gate | up]`` projections split the halves.
+    Caught by: ACT-SWIGLU-OAI, ACT-SWIGLU-OAI-LAYOUT.
+    """
+
+    name = "oai-halves-not-interleaved"
+    clauses = {"ACT-SWIGLU-OAI", "ACT-SWIGLU-OAI-LAYOUT"}
+
+    def layout(self, x, interleaved):
+        return ref.oai_gate_up(x, False)
+
+
+class OaiWithoutPlusOne(_OaiMutant):
+    """The ``+ 1`` on up dropped: glu * up.
+
+    Origin: the gpt-oss formula read as a plain SwiGLU with a sigmoid slope (a port's docstring
+    notes that dropping the shift makes the model incoherent).
+    Caught by: ACT-SWIGLU-OAI.
+    """
+
+    name = "oai-without-plus-one"
+    clauses = {"ACT-SWIGLU-OAI"}
+
+    def glu(self, gate, up, alpha):
+        return gate * torch.sigmoid(alpha * gate) * up
+
+
+class OaiAlphaOne(_OaiMutant):
+    """alpha ignored: sigmoid(gate) instead of sigmoid(1.702 gate), i.e. SiLU.
+
+    Origin: the gpt-oss activation mapped onto a SiLU kernel with the clamp and the ``+ 1``.
+    Caught by: ACT-SWIGLU-OAI.
+    """
+
+    name = "oai-alpha-one"
+    clauses = {"ACT-SWIGLU-OAI"}
+
+    def glu(self, gate, up, alpha):
+        return F.silu(gate) * (up + 1)
+
+
+class ClampedDefaultLimitSeven(NativeBackend):
+    """The new clamped ops default ``limit`` to 7.0, and treat None as 7.0.
+
+    Origin: vLLM's ``SwigluOAIAndMul(alpha=1.702, limit=7.0)`` and ``SwigluStepAndMul(limit=7.0)``
+    defaults, and the NPU helper's silent 7.0 (ACT-SWIGLU-STEP-NO-LIMIT).
+    Caught by: ACT-CLAMP-NO-DEFAULT.
+    """
+
+    name = "clamped-default-limit-seven"
+    clauses = {"ACT-CLAMP-NO-DEFAULT"}
+
+    def silu_clamped_and_mul(self, x, *, limit=7.0):
+        return NativeBackend.silu_clamped_and_mul(x, limit=7.0 if limit is None else limit)
+
+    def swiglu_oai_and_mul(self, x, *, alpha, limit=7.0, interleaved):
+        limit = 7.0 if limit is None else limit
+        return NativeBackend.swiglu_oai_and_mul(x, alpha=alpha, limit=limit, interleaved=interleaved)
+
+
+class _LimitMutant(NativeBackend):
+    """Config reading as in the contract; ``select(value, shared)`` decides on the list entry."""
+
+    def select(self, value, shared):
+        raise NotImplementedError
+
+    def swiglu_limit(self, config, layer_idx, *, shared):
+        ref.swiglu_limit(config, layer_idx, shared=shared)  # the contract's validation
+        limits = config.get(ref.LIMIT_KEYS[shared])
+        value = limits[layer_idx] if limits is not None and layer_idx < len(limits) else None
+        return self.select(value, shared)
+
+
+class LimitNegativeTruthy(_LimitMutant):
+    """A negative limit treated as a limit: ``if value:`` instead of ``value > 0``.
+
+    Origin: truthiness checks on the per-layer lists (``if swiglu_limit:``), which let any
+    non-zero value through. (The layer property then errors in swiglu_step_and_mul's validation
+    of the negative limit, which names no clause.)
+    Caught by: ACT-LIMIT-CONFIG-OFF.
+    """
+
+    name = "limit-negative-truthy"
+    clauses = {"ACT-LIMIT-CONFIG-OFF"}
+
+    def select(self, value, shared):
+        return float(value) if value else None
+
+
+class LimitAlwaysSeven(_LimitMutant):
+    """The configured limit ignored: 7.0 on every layer that has one.
+
+    Origin: a clamp hard-coded at gpt-oss's 7.0 and enabled per layer by the config.
+    Caught by: ACT-LIMIT-CONFIG, ACT-LIMIT-CONFIG-LAYER.
+    """
+
+    name = "limit-always-seven"
+    clauses = {"ACT-LIMIT-CONFIG", "ACT-LIMIT-CONFIG-LAYER"}
+
+    def select(self, value, shared):
+        return 7.0 if value is not None and value > 0 else None
+
+
+class SharedLimitNotZero(_LimitMutant):
+    """``!= 0`` for the shared expert and ``> 0`` for the routed ones.
+
+    Origin: a Step-3.5 port's shared MLP enables the clamp with ``swiglu_limit not in (None, 0)``
+    while the routed experts test ``> 0`` (spec/activations.md, Sources).
+    Caught by: ACT-LIMIT-CONFIG-OFF.
+    """
+
+    name = "shared-limit-not-zero"
+    clauses = {"ACT-LIMIT-CONFIG-OFF"}
+
+    def select(self, value, shared):
+        enabled = value is not None and (value != 0 if shared else value > 0)
+        return float(value) if enabled else None
+
+
+BACKENDS = [
+    SiluClampedAfterSilu(),
+    OaiHalvesNotInterleaved(),
+    OaiWithoutPlusOne(),
+    OaiAlphaOne(),
+    ClampedDefaultLimitSeven(),
+    LimitNegativeTruthy(),
+    LimitAlwaysSeven(),
+    SharedLimitNotZero(),
+]
+
+
+class QuickGeluAsTanhGelu(NativeBackend):
+    """quick_gelu computed as the tanh GELU (NewGELU).
+
+    Origin: activation tables keyed by name, where "quick_gelu", "gelu_new" and "gelu_fast" are
+    neighbours and read as one "approximate GELU" (CLIP-style models use quick_gelu).
+    Caught by: ACT-GELU-VARIANTS.
+    """
+
+    name = "quick-gelu-as-tanh-gelu"
+    clauses = {"ACT-GELU-VARIANTS"}
+
+    def quick_gelu(self, x):
+        return NativeBackend.new_gelu(x)
+
+
+BACKENDS.append(QuickGeluAsTanhGelu())
