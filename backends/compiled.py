@@ -23,6 +23,7 @@ from reference.activations import (
     swiglu_limit,
     validate_gated_input,
 )
+from reference.norms import validate_norm_args
 from reference.validation import require_choice, require_positive_finite, require_positive_finite_or_none
 
 
@@ -71,64 +72,11 @@ def _limit_tensor(limit: float | None, x: torch.Tensor) -> torch.Tensor:
     return torch.tensor(float("inf") if limit is None else limit, dtype=x.dtype, device=x.device)
 
 
-class CompiledBackend:
-    name = "compiled"
-
-    def unavailable(self, device: torch.device) -> str | None:
-        return compile_unavailable(device)
-
-    def gelu_and_mul(self, x: torch.Tensor, *, approximate: str) -> torch.Tensor:
-        d = validate_gated_input(x)
-        require_choice(approximate, "approximate", APPROXIMATE_MODES)
-        gate, up = _halves_1d(x, d)
-        return _kernels()[0](gate, up, approximate).reshape(*x.shape[:-1], d)
-
-    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-        d = validate_gated_input(x)
-        gate, up = _halves_1d(x, d)
-        return _kernels()[1](gate, up).reshape(*x.shape[:-1], d)
-
-    def swiglu_step_and_mul(self, x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
-        d = validate_gated_input(x)
-        limit = require_positive_finite_or_none(limit, "limit")
-        gate, up = _halves_1d(x, d)
-        if limit is None:
-            out = _kernels()[1](gate, up)
-        else:
-            out = _kernels()[2](gate, up, torch.tensor(limit, dtype=x.dtype, device=x.device))
-        return out.reshape(*x.shape[:-1], d)
-
-    def silu_clamped_and_mul(self, x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
-        d = validate_gated_input(x)
-        limit = require_positive_finite_or_none(limit, "limit")
-        gate, up = _halves_1d(x, d)
-        out = _clamped_kernels()[0](gate, up, _limit_tensor(limit, x))
-        return out.reshape(*x.shape[:-1], d)
-
-    def swiglu_oai_and_mul(self, x: torch.Tensor, *, alpha: float, limit: float | None, interleaved: bool):
-        d = validate_gated_input(x)
-        alpha = require_positive_finite(alpha, "alpha")
-        limit = require_positive_finite_or_none(limit, "limit")
-        gate, up = (v.reshape(-1) for v in oai_gate_up(x, require_bool(interleaved, "interleaved")))
-        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-        scalars = [torch.tensor(v, dtype=compute, device=x.device) for v in (alpha, limit or float("inf"))]
-        out = _clamped_kernels()[1](gate, up, *scalars)
-        return out.to(x.dtype).reshape(*x.shape[:-1], d)
-
-    # ACT-LIMIT-CONFIG: config parsing, nothing to compile.
-    swiglu_limit = staticmethod(swiglu_limit)
-
-
-BACKEND = CompiledBackend()
-
-
-# --- norms (spec/norms.md), in its own block ---------------------------------------------------
+# --- norms kernels (spec/norms.md) --------------------------------------------------------------
 # Validation runs eagerly; each op flattens x to [rows, d] and passes eps as a 0-dim float32
 # tensor, so new shapes and eps values are inputs, not guards. Dynamo specializes sizes 0 and 1,
 # so a single row is padded with a zero row (its own norm, discarded) and d == 1 (a degenerate
 # norm) runs natively: each kernel compiles once per input dtype, never per example.
-
-from reference.norms import validate_norm_args  # noqa: E402
 
 
 @functools.cache
@@ -199,26 +147,66 @@ def _pair(kernel: str, x, residual, weight, eps):
     return normed[:rows].reshape(x.shape), total[:rows].reshape(x.shape)
 
 
-def _rms_norm(self, x, weight, *, eps):
-    return _single("rms", x, weight, eps)
+class CompiledBackend:
+    name = "compiled"
+
+    def unavailable(self, device: torch.device) -> str | None:
+        return compile_unavailable(device)
+
+    def gelu_and_mul(self, x: torch.Tensor, *, approximate: str) -> torch.Tensor:
+        d = validate_gated_input(x)
+        require_choice(approximate, "approximate", APPROXIMATE_MODES)
+        gate, up = _halves_1d(x, d)
+        return _kernels()[0](gate, up, approximate).reshape(*x.shape[:-1], d)
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        d = validate_gated_input(x)
+        gate, up = _halves_1d(x, d)
+        return _kernels()[1](gate, up).reshape(*x.shape[:-1], d)
+
+    def swiglu_step_and_mul(self, x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
+        d = validate_gated_input(x)
+        limit = require_positive_finite_or_none(limit, "limit")
+        gate, up = _halves_1d(x, d)
+        if limit is None:
+            out = _kernels()[1](gate, up)
+        else:
+            out = _kernels()[2](gate, up, torch.tensor(limit, dtype=x.dtype, device=x.device))
+        return out.reshape(*x.shape[:-1], d)
+
+    def silu_clamped_and_mul(self, x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
+        d = validate_gated_input(x)
+        limit = require_positive_finite_or_none(limit, "limit")
+        gate, up = _halves_1d(x, d)
+        out = _clamped_kernels()[0](gate, up, _limit_tensor(limit, x))
+        return out.reshape(*x.shape[:-1], d)
+
+    def swiglu_oai_and_mul(self, x: torch.Tensor, *, alpha: float, limit: float | None, interleaved: bool):
+        d = validate_gated_input(x)
+        alpha = require_positive_finite(alpha, "alpha")
+        limit = require_positive_finite_or_none(limit, "limit")
+        gate, up = (v.reshape(-1) for v in oai_gate_up(x, require_bool(interleaved, "interleaved")))
+        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+        scalars = [torch.tensor(v, dtype=compute, device=x.device) for v in (alpha, limit or float("inf"))]
+        out = _clamped_kernels()[1](gate, up, *scalars)
+        return out.to(x.dtype).reshape(*x.shape[:-1], d)
+
+    # ACT-LIMIT-CONFIG: config parsing, nothing to compile.
+    swiglu_limit = staticmethod(swiglu_limit)
+
+    # --- norms (spec/norms.md) ---------------------------------------------------------------
+
+    def rms_norm(self, x, weight, *, eps):
+        return _single("rms", x, weight, eps)
+
+    def gemma_rms_norm(self, x, weight, *, eps):
+        return _single("gemma", x, weight, eps)
+
+    def fused_add_rms_norm(self, x, residual, weight, *, eps):
+        return _pair("fused_rms", x, residual, weight, eps)
+
+    def gemma_fused_add_rms_norm(self, x, residual, weight, *, eps):
+        return _pair("fused_gemma", x, residual, weight, eps)
 
 
-def _gemma_rms_norm(self, x, weight, *, eps):
-    return _single("gemma", x, weight, eps)
-
-
-def _fused_add_rms_norm(self, x, residual, weight, *, eps):
-    return _pair("fused_rms", x, residual, weight, eps)
-
-
-def _gemma_fused_add_rms_norm(self, x, residual, weight, *, eps):
-    return _pair("fused_gemma", x, residual, weight, eps)
-
-
-for _name, _op in {
-    "rms_norm": _rms_norm,
-    "gemma_rms_norm": _gemma_rms_norm,
-    "fused_add_rms_norm": _fused_add_rms_norm,
-    "gemma_fused_add_rms_norm": _gemma_fused_add_rms_norm,
-}.items():
-    setattr(CompiledBackend, _name, _op)
+BACKEND = CompiledBackend()

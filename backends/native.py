@@ -14,6 +14,7 @@ from reference import activations as _act
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
 from reference.masks import validate_encoder_mask_args, validate_swa_decode_args
+from reference.norms import validate_norm_args
 from reference.validation import require_choice, require_positive_finite, require_positive_finite_or_none
 
 
@@ -26,6 +27,39 @@ def require_attention_mask(allowed, q):
             f"allowed must be bool or an additive mask in q's dtype {q.dtype}, got {allowed.dtype}"
         )
     return allowed
+
+
+# --- norms helpers (spec/norms.md): float32 (or better) compute, the casts exactly where the
+# field's reference code has them.
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """NORM-DTYPE: float32, or the input's dtype when it is wider."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _normalized(h: torch.Tensor, eps: float) -> torch.Tensor:
+    """h * rsqrt(mean(h^2, -1) + eps) in h's dtype (NORM-EPS: eps inside the root)."""
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """NORM-RMS, LlamaRMSNorm's order: cast to the input dtype, THEN multiply by weight."""
+    return _normalized(h, eps).to(dtype) * weight.to(dtype)
+
+
+def _gemma_rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
+    """NORM-GEMMA: (normalized * (1 + weight)) in the compute dtype, cast to the input dtype once."""
+    return (_normalized(h, eps) * (1.0 + weight.to(h.dtype))).to(dtype)
+
+
+def _fused(norm, x, residual, weight, eps):
+    """NORM-FUSED-ADD as vLLM's forward_native: the sum in float32, rounded once for the residual
+    output; the norm of the float32 sum. Returns (normed, new_residual)."""
+    eps = validate_norm_args(x, weight, eps, residual)
+    compute = _compute_dtype(x.dtype)
+    total = x.to(compute) + residual.to(compute)
+    return norm(total, weight, eps, x.dtype), total.to(x.dtype)
 
 
 class NativeBackend:
@@ -163,6 +197,26 @@ class NativeBackend:
         v_cache = v_cache.masked_fill(~in_sequence, 0.0)
         return attention(q, k_cache, v_cache, allowed=allowed, scale=scale)
 
+    # --- norms (spec/norms.md) ---------------------------------------------------------------
+
+    @staticmethod
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
+        eps = validate_norm_args(x, weight, eps)
+        return _rms_norm(x.to(_compute_dtype(x.dtype)), weight, eps, x.dtype)
+
+    @staticmethod
+    def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
+        eps = validate_norm_args(x, weight, eps)
+        return _gemma_rms_norm(x.to(_compute_dtype(x.dtype)), weight, eps, x.dtype)
+
+    @staticmethod
+    def fused_add_rms_norm(x, residual, weight, *, eps):
+        return _fused(_rms_norm, x, residual, weight, eps)
+
+    @staticmethod
+    def gemma_fused_add_rms_norm(x, residual, weight, *, eps):
+        return _fused(_gemma_rms_norm, x, residual, weight, eps)
+
 
 BACKEND = NativeBackend()
 
@@ -177,62 +231,7 @@ swa_decode_mask = NativeBackend.swa_decode_mask
 attention = NativeBackend.attention
 prefill_attention = NativeBackend.prefill_attention
 decode_attention = NativeBackend.decode_attention
-
-
-# --- norms (spec/norms.md) -------------------------------------------------------------------
-# Its own block, attached to NativeBackend below, so the activation and attention parts stay as
-# they are. Float32 (or better) compute, the casts exactly where the field's reference code has them.
-
-from reference.norms import validate_norm_args  # noqa: E402
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """NORM-DTYPE: float32, or the input's dtype when it is wider."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def _normalized(h: torch.Tensor, eps: float) -> torch.Tensor:
-    """h * rsqrt(mean(h^2, -1) + eps) in h's dtype (NORM-EPS: eps inside the root)."""
-    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-
-
-def _rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """NORM-RMS, LlamaRMSNorm's order: cast to the input dtype, THEN multiply by weight."""
-    return _normalized(h, eps).to(dtype) * weight.to(dtype)
-
-
-def _gemma_rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """NORM-GEMMA: (normalized * (1 + weight)) in the compute dtype, cast to the input dtype once."""
-    return (_normalized(h, eps) * (1.0 + weight.to(h.dtype))).to(dtype)
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
-    eps = validate_norm_args(x, weight, eps)
-    return _rms_norm(x.to(_compute_dtype(x.dtype)), weight, eps, x.dtype)
-
-
-def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
-    eps = validate_norm_args(x, weight, eps)
-    return _gemma_rms_norm(x.to(_compute_dtype(x.dtype)), weight, eps, x.dtype)
-
-
-def _fused(norm, x, residual, weight, eps):
-    """NORM-FUSED-ADD as vLLM's forward_native: the sum in float32, rounded once for the residual
-    output; the norm of the float32 sum. Returns (normed, new_residual)."""
-    eps = validate_norm_args(x, weight, eps, residual)
-    compute = _compute_dtype(x.dtype)
-    total = x.to(compute) + residual.to(compute)
-    return norm(total, weight, eps, x.dtype), total.to(x.dtype)
-
-
-def fused_add_rms_norm(x, residual, weight, *, eps):
-    return _fused(_rms_norm, x, residual, weight, eps)
-
-
-def gemma_fused_add_rms_norm(x, residual, weight, *, eps):
-    return _fused(_gemma_rms_norm, x, residual, weight, eps)
-
-
-NORM_OPS = (rms_norm, gemma_rms_norm, fused_add_rms_norm, gemma_fused_add_rms_norm)
-for _op in NORM_OPS:
-    setattr(NativeBackend, _op.__name__, staticmethod(_op))
+rms_norm = NativeBackend.rms_norm
+gemma_rms_norm = NativeBackend.gemma_rms_norm
+fused_add_rms_norm = NativeBackend.fused_add_rms_norm
+gemma_fused_add_rms_norm = NativeBackend.gemma_fused_add_rms_norm
