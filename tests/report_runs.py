@@ -64,7 +64,10 @@ def opconform(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def _produce(root: Path) -> dict:
     manifest = root / "deviating.toml"
     manifest.write_text(MANIFEST)
+    # --device cpu: the expected cells are the CPU columns; on a CUDA host the default would add
+    # cuda columns (found on the first GPU run).
     common = ["--backend", "native", "--backend-module", "report_backends", "--profile", "ci"]
+    common += ["--device", "cpu"]
     started = time.perf_counter()
     procs = {}
     # The two runs are independent: run them side by side (most of each is importing torch).
