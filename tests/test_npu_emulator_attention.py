@@ -37,7 +37,7 @@ def test_default_scale_is_one():
 
 
 def test_mask_polarity_true_is_masked():
-    """atten_mask True removes the key."""
+    """atten_mask True removes the key (spec/ascend.md, CANN-FIA-MASK)."""
     q, k, v = _qkv()
     masked = torch.ones(6, 6, dtype=torch.bool).triu(1)
     out = _fia(q, k, v, atten_mask=masked, sparse_mode=1, scale=0.3)
@@ -53,7 +53,8 @@ def test_band_mode_is_bottom_right_aligned():
 
 
 def test_query_length_one_ignores_band():
-    """For query length 1, pre_tokens and sparse_mode are ignored: all keys within the length are seen."""
+    """Query length 1 ignores pre_tokens and sparse_mode: every key within the length is seen
+    (spec/ascend.md, CANN-FIA-DECODE)."""
     q, k, v = _qkv(q_len=1, kv_len=6)
     out = _fia(
         q,
