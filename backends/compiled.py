@@ -15,6 +15,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from backends import native
 from backends._toolchain import compile_unavailable
 from reference.activations import (
     APPROXIMATE_MODES,
@@ -125,23 +126,18 @@ def _eps(eps: float, device) -> torch.Tensor:
     return torch.tensor(eps, dtype=torch.float32, device=device)
 
 
-def _single(kernel: str, x, weight, eps):
+def _single(kernel: str, fallback, x, weight, eps):
     eps = validate_norm_args(x, weight, eps)
     if _native_only(x):
-        from backends import native
-
-        return getattr(native, "rms_norm" if kernel == "rms" else "gemma_rms_norm")(x, weight, eps=eps)
+        return fallback(x, weight, eps=eps)
     out = _norm_kernels()[kernel](_rows(x), weight, _eps(eps, x.device))
     return out[: x.numel() // x.shape[-1]].reshape(x.shape)
 
 
-def _pair(kernel: str, x, residual, weight, eps):
+def _pair(kernel: str, fallback, x, residual, weight, eps):
     eps = validate_norm_args(x, weight, eps, residual)
     if _native_only(x):
-        from backends import native
-
-        op = "fused_add_rms_norm" if kernel == "fused_rms" else "gemma_fused_add_rms_norm"
-        return getattr(native, op)(x, residual, weight, eps=eps)
+        return fallback(x, residual, weight, eps=eps)
     normed, total = _norm_kernels()[kernel](_rows(x), _rows(residual), weight, _eps(eps, x.device))
     rows = x.numel() // x.shape[-1]
     return normed[:rows].reshape(x.shape), total[:rows].reshape(x.shape)
@@ -197,16 +193,16 @@ class CompiledBackend:
     # --- norms (spec/norms.md) ---------------------------------------------------------------
 
     def rms_norm(self, x, weight, *, eps):
-        return _single("rms", x, weight, eps)
+        return _single("rms", native.rms_norm, x, weight, eps)
 
     def gemma_rms_norm(self, x, weight, *, eps):
-        return _single("gemma", x, weight, eps)
+        return _single("gemma", native.gemma_rms_norm, x, weight, eps)
 
     def fused_add_rms_norm(self, x, residual, weight, *, eps):
-        return _pair("fused_rms", x, residual, weight, eps)
+        return _pair("fused_rms", native.fused_add_rms_norm, x, residual, weight, eps)
 
     def gemma_fused_add_rms_norm(self, x, residual, weight, *, eps):
-        return _pair("fused_gemma", x, residual, weight, eps)
+        return _pair("fused_gemma", native.gemma_fused_add_rms_norm, x, residual, weight, eps)
 
 
 BACKEND = CompiledBackend()
