@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from backends import paged
 from reference import activations as _act
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
@@ -196,6 +197,12 @@ class NativeBackend:
         k_cache = k_cache.masked_fill(~in_sequence, 0.0)
         v_cache = v_cache.masked_fill(~in_sequence, 0.0)
         return attention(q, k_cache, v_cache, allowed=allowed, scale=scale)
+
+    # --- serving attention (spec/serving.md): backends/paged.py ---------------------------------
+
+    paged_attention = staticmethod(paged.paged_attention)
+    layer_windows = staticmethod(paged.layer_windows)
+    window_kernel_args = staticmethod(paged.window_kernel_args)
 
     # --- norms (spec/norms.md) ---------------------------------------------------------------
 

@@ -194,3 +194,40 @@ class NormOps(Protocol):
 __all__ += ["NormOps"]
 FAMILIES["norms"] = NormOps
 OPS.update({op: "norms" for op in protocol_ops(NormOps)})
+
+
+# --- serving attention (spec/serving.md), in its own block -------------------------------------
+
+
+class ServingOps(Protocol):
+    """spec/serving.md (reference/serving.py): paged, ragged, extend attention and window selection."""
+
+    def paged_attention(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        *,
+        block_table: torch.Tensor,
+        cu_seqlens_q: torch.Tensor,
+        seq_lens: torch.Tensor,
+        sliding_window: int | None,
+        softcap: float | None,
+        sinks: torch.Tensor | None,
+        scale: float,
+    ) -> torch.Tensor:
+        """q [T, Hq, Dqk], caches [num_blocks, block_size, Hkv, D*]; returns [T, Hq, Dv]."""
+        ...
+
+    def layer_windows(self, config: Any) -> list[int | None]:
+        """Per layer of a transformers-style config: its sliding window, or None for full attention."""
+        ...
+
+    def window_kernel_args(self, sliding_window: int | None) -> dict:
+        """{"prefill": {...}, "decode": {...}}: the raw window arguments each kernel receives."""
+        ...
+
+
+__all__ += ["ServingOps"]
+FAMILIES["serving"] = ServingOps
+OPS.update({op: "serving" for op in protocol_ops(ServingOps)})

@@ -1,0 +1,339 @@
+"""Oracle for serving attention: spec/serving.md (SERVE and its clauses).
+
+Float64 per sequence: a sequence reads only the blocks that hold the keys some of its queries
+may see (positions ``e_b .. L_b - 1``, SERVE-EVICT), upcast just those, and works in blocks of
+query rows, each reading only the key span its rows can see. Peak extra memory is O(keys of one
+sequence x Hkv x D) plus O(rows x Hq x keys) for one block's scores.
+tests/test_reference_serving.py proves it equal to a per-element brute force written from the
+spec text, to the dense oracles on their special cases, and (with transformers installed) to
+Gemma2's and gpt-oss's eager attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from reference.attention import require_scale
+from reference.masks import require_window
+from reference.validation import require_positive_finite_or_none
+
+__all__ = [
+    "ServingBatch",
+    "contiguous_to_paged",
+    "layer_windows",
+    "paged_attention",
+    "sink_softmax",
+    "validate_paged_args",
+    "window_kernel_args",
+    "window_keys",
+]
+
+# Scores of one query block are at most this many float64 elements (256 MiB).
+SCORE_BUDGET = 1 << 25
+FIA_MAX_TOKENS = 2147483647
+
+
+def _require_float(value, name: str, rank: int) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        raise ValueError(
+            f"{name} must be a floating tensor, got {getattr(value, 'dtype', type(value).__name__)}"
+        )
+    if value.dim() != rank or value.numel() == 0:
+        raise ValueError(f"{name} must be a non-empty {rank}-D tensor, got shape {tuple(value.shape)}")
+    return value
+
+
+def _require_int_tensor(value, name: str, rank: int) -> torch.Tensor:
+    if (
+        not isinstance(value, torch.Tensor)
+        or value.dtype == torch.bool
+        or value.is_floating_point()
+        or value.is_complex()
+        or value.dim() != rank
+    ):
+        shape = tuple(getattr(value, "shape", ()))
+        raise ValueError(
+            f"{name} must be a {rank}-D integer tensor, got {getattr(value, 'dtype', value)!r} {shape}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class ServingBatch:
+    """The validated metadata of one paged_attention call, as Python ints (SERVE)."""
+
+    query_starts: tuple[int, ...]  # cu_seqlens_q, B + 1 entries
+    seq_lens: tuple[int, ...]
+    block_tables: tuple[tuple[int, ...], ...]  # per sequence, only the ceil(L / block_size) read entries
+    block_size: int
+    q_heads: int
+    kv_heads: int
+    sliding_window: int | None
+    softcap: float | None
+    scale: float
+
+    @property
+    def batch(self) -> int:
+        return len(self.seq_lens)
+
+    def query_len(self, b: int) -> int:
+        return self.query_starts[b + 1] - self.query_starts[b]
+
+    def first_visible(self, b: int) -> int:
+        """SERVE-EVICT: e_b, the first position any query of sequence b may see."""
+        first_query = self.seq_lens[b] - self.query_len(b)
+        return 0 if self.sliding_window is None else max(0, first_query - self.sliding_window + 1)
+
+
+def validate_paged_args(
+    q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks, scale
+) -> ServingBatch:
+    """SERVE-ERRORS: every argument of paged_attention; returns the metadata as a ServingBatch.
+
+    Shared by the oracle and the backends, so all raise the same errors."""
+    _require_float(q, "q", 3)
+    _require_float(k_cache, "k_cache", 4)
+    _require_float(v_cache, "v_cache", 4)
+    tokens, q_heads, head_dim = q.shape
+    num_blocks, block_size, kv_heads, _ = k_cache.shape
+    if tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]):
+        raise ValueError(
+            f"v_cache must be [num_blocks, block_size, Hkv, Dv] = {list(k_cache.shape[:3])} + [Dv], "
+            f"got {tuple(v_cache.shape)}"
+        )
+    if k_cache.shape[3] != head_dim:
+        raise ValueError(f"k_cache's last dim must be q's head dim {head_dim}, got {k_cache.shape[3]}")
+    if q_heads % kv_heads:
+        raise ValueError(
+            f"q heads (Hq={q_heads}) must be a multiple of the cache's kv heads (Hkv={kv_heads})"
+        )
+    _require_int_tensor(block_table, "block_table", 2)
+    _require_int_tensor(cu_seqlens_q, "cu_seqlens_q", 1)
+    _require_int_tensor(seq_lens, "seq_lens", 1)
+    batch = block_table.shape[0]
+    starts = [int(s) for s in cu_seqlens_q.tolist()]
+    if len(starts) != batch + 1 or starts[0] != 0 or starts[-1] != tokens:
+        raise ValueError(
+            f"cu_seqlens_q must have B + 1 = {batch + 1} entries from 0 to T = {tokens}, got {starts}"
+        )
+    if any(b <= a for a, b in zip(starts, starts[1:], strict=False)):
+        raise ValueError(f"cu_seqlens_q must be strictly increasing (every query length >= 1), got {starts}")
+    lengths = [int(s) for s in seq_lens.tolist()]
+    if len(lengths) != batch:
+        raise ValueError(f"seq_lens must have B = {batch} entries (block_table's rows), got {len(lengths)}")
+    tables = []
+    for b, length in enumerate(lengths):
+        query_len = starts[b + 1] - starts[b]
+        if length < query_len:
+            raise ValueError(
+                f"seq_lens[{b}] = {length} is less than the query length {query_len} of sequence {b}"
+            )
+        needed = -(-length // block_size)
+        if needed > block_table.shape[1]:
+            raise ValueError(
+                f"block_table has {block_table.shape[1]} columns, but seq_lens[{b}] = {length} needs "
+                f"{needed} blocks of block_size {block_size}"
+            )
+        row = tuple(int(i) for i in block_table[b, :needed].tolist())
+        bad = [i for i in row if not 0 <= i < num_blocks]
+        if bad:
+            raise ValueError(f"block_table[{b}] reads block ids {bad} outside 0..{num_blocks - 1}")
+        tables.append(row)
+    if sinks is not None:
+        _require_float(sinks, "sinks", 1)
+        if sinks.shape[0] != q_heads:
+            raise ValueError(f"sinks must be a [Hq] = [{q_heads}] tensor, got shape {tuple(sinks.shape)}")
+    return ServingBatch(
+        query_starts=tuple(starts),
+        seq_lens=tuple(lengths),
+        block_tables=tuple(tables),
+        block_size=block_size,
+        q_heads=q_heads,
+        kv_heads=kv_heads,
+        sliding_window=require_window(sliding_window),
+        softcap=require_positive_finite_or_none(softcap, "softcap"),
+        scale=require_scale(scale),
+    )
+
+
+def sink_softmax(scores: torch.Tensor, allowed: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """SERVE-SINKS / ATTN: probabilities over the last dim of ``scores`` restricted to ``allowed``.
+
+    ``sinks`` (broadcast against scores' shape without its last dim) adds exp(sink) to the
+    denominator only. A row with no allowed key gets zeros. Float64 in, float64 out.
+    """
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    row_max = scores.amax(-1, keepdim=True)
+    if sinks is not None:
+        row_max = torch.maximum(row_max, sinks[..., None])
+    row_max = row_max.clamp_min(torch.finfo(torch.float64).min)  # an empty row without a sink: -inf
+    weights = torch.exp(scores - row_max)  # exactly 0 for every key not allowed
+    total = weights.sum(-1, keepdim=True)
+    if sinks is not None:
+        total = total + torch.exp(sinks[..., None] - row_max)
+    return torch.where(total > 0, weights / total, 0.0)
+
+
+def _gather(
+    cache: torch.Tensor, table: tuple[int, ...], block_size: int, start: int, stop: int
+) -> torch.Tensor:
+    """Positions start..stop-1 of one sequence, [stop - start, Hkv, D] in float64: only the blocks
+    holding them are read."""
+    first, last = start // block_size, (stop - 1) // block_size
+    ids = torch.tensor(table[first : last + 1], dtype=torch.long, device=cache.device)
+    rows = cache.detach().index_select(0, ids).flatten(0, 1).to(torch.float64)
+    offset = start - first * block_size
+    return rows[offset : offset + stop - start]
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    *,
+    block_table: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sliding_window: int | None,
+    softcap: float | None,
+    sinks: torch.Tensor | None,
+    scale: float,
+) -> torch.Tensor:
+    """SERVE: out [T, Hq, Dv] in float64 on q's device; see spec/serving.md for every clause."""
+    meta = validate_paged_args(
+        q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
+        sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
+    )  # fmt: skip
+    tokens, q_heads, head_dim = q.shape
+    kv_heads, group = meta.kv_heads, q_heads // meta.kv_heads
+    window = meta.sliding_window
+    sink = None if sinks is None else sinks.detach().to(torch.float64).reshape(kv_heads, group, 1)
+    out = torch.zeros(tokens, q_heads, v_cache.shape[3], dtype=torch.float64, device=q.device)
+    for b in range(meta.batch):
+        length, query_len = meta.seq_lens[b], meta.query_len(b)
+        first_key, first_query = meta.first_visible(b), length - query_len
+        table = meta.block_tables[b]
+        keys = _gather(k_cache, table, meta.block_size, first_key, length)  # [K, Hkv, D]
+        values = _gather(v_cache, table, meta.block_size, first_key, length)
+        keys, values = keys.permute(1, 0, 2)[:, None], values.permute(1, 0, 2)[:, None]  # [Hkv, 1, K, D]
+        rows_per_block = max(1, SCORE_BUDGET // (q_heads * (length - first_key)))
+        for r0 in range(0, query_len, rows_per_block):
+            r1 = min(query_len, r0 + rows_per_block)
+            positions = torch.arange(first_query + r0, first_query + r1, device=q.device)
+            # Key span of this block: from the first row's first key to the last row's own position.
+            lo = first_key if window is None else max(first_key, first_query + r0 - window + 1)
+            hi = first_query + r1  # exclusive
+            key_pos = torch.arange(lo, hi, device=q.device)
+            allowed = key_pos[None, :] <= positions[:, None]
+            if window is not None:
+                allowed &= positions[:, None] - key_pos[None, :] < window
+            start = meta.query_starts[b]
+            rows = q[start + r0 : start + r1].detach().to(torch.float64)  # [R, Hq, D]
+            rows = rows.reshape(r1 - r0, kv_heads, group, head_dim).permute(1, 2, 0, 3)  # [Hkv, G, R, D]
+            span = slice(lo - first_key, hi - first_key)
+            scores = rows @ keys[:, :, span].transpose(-1, -2) * meta.scale  # [Hkv, G, R, K]
+            if meta.softcap is not None:
+                scores = meta.softcap * torch.tanh(scores / meta.softcap)
+            probs = sink_softmax(scores, allowed, sink)
+            block_out = probs @ values[:, :, span]  # [Hkv, G, R, Dv]
+            out[start + r0 : start + r1] = block_out.permute(2, 0, 1, 3).reshape(r1 - r0, q_heads, -1)
+    return out
+
+
+def contiguous_to_paged(
+    k: torch.Tensor, v: torch.Tensor, *, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Dense BNSD k [B, Hkv, S, Dqk], v [B, Hkv, S, Dv] -> (k_cache, v_cache, block_table) of SERVE.
+
+    Sequence b's blocks are b * n .. b * n + n - 1 (n = ceil(S / block_size)); the tail of the
+    last block is zero. With a query packing of ``q.permute(0, 2, 1, 3).flatten(0, 1)``, ATTN-PREFILL
+    (no padding) and ATTN-DECODE are paged_attention on these arguments (SERVE, special cases).
+    """
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+    batch, kv_heads, length, _ = k.shape
+    blocks = -(-length // block_size)
+    pad = blocks * block_size - length
+
+    def paged(t: torch.Tensor) -> torch.Tensor:
+        t = torch.nn.functional.pad(t.permute(0, 2, 1, 3), (0, 0, 0, 0, 0, pad))  # [B, S', Hkv, D]
+        return t.reshape(batch * blocks, block_size, kv_heads, t.shape[-1]).contiguous()
+
+    table = torch.arange(batch * blocks, device=k.device).reshape(batch, blocks)
+    return paged(k), paged(v), table
+
+
+def window_keys(args: dict) -> int | None:
+    """SERVE-WINDOW-ARGS: the number of keys a kernel's raw window arguments keep (None = unbounded).
+
+    ``args`` holds exactly one of the table's window arguments (``next_tokens`` may accompany
+    ``pre_tokens`` and must be 0)."""
+    if not isinstance(args, dict):
+        raise ValueError(f"window arguments must be a dict, got {args!r}")
+    known = {"sliding_window", "window_size", "window_left", "pre_tokens", "left_context"}
+    present = sorted(set(args) & known)
+    extra = sorted(set(args) - known - {"next_tokens"})
+    if len(present) != 1 or extra:
+        raise ValueError(f"window arguments must hold exactly one of {sorted(known)}, got {sorted(args)}")
+    name = present[0]
+    value = args[name]
+    if name == "window_size":
+        left, right = value
+        if right != 0:
+            raise ValueError(f"window_size must be (left, 0) for causal attention, got {value!r}")
+        return None if left == -1 else left + 1
+    if name == "window_left":
+        return None if value == -1 else value + 1
+    if name == "pre_tokens":
+        if args.get("next_tokens", 0) != 0:
+            raise ValueError(f"next_tokens must be 0 beside pre_tokens, got {args['next_tokens']!r}")
+        return None if value >= FIA_MAX_TOKENS else value + 1
+    return value  # sliding_window, left_context: the value itself, None unbounded
+
+
+def window_kernel_args(sliding_window: int | None) -> dict:
+    """SERVE-WINDOW-ARGS in the contract's own terms: both kernels get the canonical window W.
+
+    A backend returns its kernels' raw arguments instead; the property translates each side with
+    ``window_keys`` and requires W keys on both."""
+    sliding_window = require_window(sliding_window)
+    return {"prefill": {"sliding_window": sliding_window}, "decode": {"sliding_window": sliding_window}}
+
+
+# SERVE-LAYER-WINDOWS: model types whose configs slide every layer but every pattern-th.
+_PATTERN_TYPES = {"gemma3", "gemma3_text", "cohere2"}
+
+
+def layer_windows(config) -> list[int | None]:
+    """SERVE-LAYER-WINDOWS: per layer, config.sliding_window for a sliding layer, None for a full one."""
+    layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"config.num_hidden_layers must be an int >= 1, got {layers!r}")
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        layer_types = list(layer_types)
+        if len(layer_types) != layers:
+            raise ValueError(f"config.layer_types must have {layers} entries, got {len(layer_types)}")
+        unknown = sorted(set(layer_types) - {"sliding_attention", "full_attention"})
+        if unknown:
+            raise ValueError(f"config.layer_types has unknown entries {unknown}")
+        sliding = [kind == "sliding_attention" for kind in layer_types]
+    elif window is None or getattr(config, "use_sliding_window", True) is False:
+        sliding = [False] * layers
+    else:
+        model_type = getattr(config, "model_type", None)
+        if model_type == "gemma2":
+            sliding = [i % 2 == 0 for i in range(layers)]
+        elif model_type in _PATTERN_TYPES:
+            pattern = getattr(config, "sliding_window_pattern", None)
+            if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+                raise ValueError(f"config.sliding_window_pattern must be an int >= 1, got {pattern!r}")
+            sliding = [(i + 1) % pattern != 0 for i in range(layers)]
+        else:
+            sliding = [True] * layers
+    if any(sliding):
+        require_window(window, "config.sliding_window", optional=False)
+    return [window if s else None for s in sliding]
