@@ -1,0 +1,344 @@
+"""Serving-attention mutants: the paged, extend, softcap, sink and window bugs of spec/serving.md.
+
+Each class is one realistic bug in an otherwise correct paged backend: ``_PagedNative`` is
+native's algorithm (gather the visible keys of each sequence, then attend) split into steps,
+and each mutant overrides exactly one step. Its docstring says what the bug is and where such
+bugs come from; ``clauses`` lists the clauses of which at least one must fail.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backends import paged
+from backends.native import NativeBackend
+from reference.serving import ServingBatch, validate_paged_args
+
+# The conformance modules (under the ``conformance`` package) that must catch these mutants.
+PROPERTIES = ["conformance.test_serving"]
+
+
+class _PagedNative(NativeBackend):
+    """native's paged_attention in overridable steps (correct as it stands)."""
+
+    def paged_attention(
+        self,
+        q,
+        k_cache,
+        v_cache,
+        *,
+        block_table,
+        cu_seqlens_q,
+        seq_lens,
+        sliding_window,
+        softcap,
+        sinks,
+        scale,
+    ):
+        meta = validate_paged_args(
+            q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
+            sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
+        )  # fmt: skip
+        out = q.new_zeros(q.shape[0], q.shape[1], v_cache.shape[3])
+        for b in range(meta.batch):
+            rows = self.query_rows(meta, b)
+            first_key, length = self.key_range(meta, b)
+            keys = torch.arange(first_key, length, device=q.device)[None, :]
+            positions = self.query_positions(meta, b, q.device)[:, None]
+            allowed = keys <= positions
+            if meta.sliding_window is not None:
+                allowed &= positions - keys < meta.sliding_window
+            k = self.read(k_cache, meta, b, first_key, length).transpose(0, 1)
+            v = self.read_values(v_cache, meta, b, first_key, length, q.shape[-1]).transpose(0, 1)
+            result = self.attend(q[rows].transpose(0, 1), k, v, allowed, meta=meta, sinks=sinks)
+            out[rows] = result.transpose(0, 1)
+        return out
+
+    # --- the steps ---------------------------------------------------------------------------
+
+    def query_rows(self, meta: ServingBatch, b: int):
+        """Sequence b's rows of q and of the output (a slice or an index tensor)."""
+        return slice(meta.query_starts[b], meta.query_starts[b + 1])
+
+    def key_range(self, meta: ServingBatch, b: int) -> tuple[int, int]:
+        """Positions e_b .. L_b - 1 (SERVE-EVICT: nothing before e_b is read)."""
+        return meta.first_visible(b), meta.seq_lens[b]
+
+    def query_positions(self, meta: ServingBatch, b: int, device) -> torch.Tensor:
+        """The last n_b positions (SERVE: bottom-right)."""
+        length = meta.seq_lens[b]
+        return torch.arange(length - meta.query_len(b), length, device=device)
+
+    def read(self, cache, meta: ServingBatch, b: int, start: int, stop: int) -> torch.Tensor:
+        return paged.gather_positions(cache, meta.block_tables[b], meta.block_size, start, stop)
+
+    def read_values(self, cache, meta: ServingBatch, b: int, start: int, stop: int, qk_dim: int):
+        return self.read(cache, meta, b, start, stop)
+
+    def attend(self, q, k, v, allowed, *, meta: ServingBatch, sinks):
+        """q [Hq, n, D], k/v [Hkv, K, D*]: float32 scores, softcap, mask, (sink) softmax, @ v."""
+        scores = self.scores(q, k, meta)
+        if meta.softcap is not None:
+            scores = meta.softcap * torch.tanh(scores / meta.softcap)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        return self.combine(scores, self.expand(v, q), sinks).to(q.dtype)
+
+    def scores(self, q, k, meta: ServingBatch) -> torch.Tensor:
+        return q.float() @ self.expand(k, q).transpose(-1, -2) * meta.scale
+
+    @staticmethod
+    def expand(t, q):
+        """GQA: kv head h // group serves query head h."""
+        return t.float().repeat_interleave(q.shape[0] // t.shape[0], dim=0)
+
+    def combine(self, scores, v, sinks):
+        if sinks is None:
+            return torch.softmax(scores, dim=-1) @ v
+        sink = sinks.float()[:, None, None].expand(-1, scores.shape[1], 1)
+        return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1] @ v
+
+
+class PageSizeAssumed128(_PagedNative):
+    """The block size hard-coded to 128 instead of the cache's page size (k_cache.shape[1]).
+
+    Origin: the Step-3.5 Ascend port's review (spec/serving.md, Sources): fine while every test
+    cache uses pages of 128. Out-of-buffer reads are clamped to the last row, as a kernel reading
+    past its buffer returns garbage rather than raising.
+    Caught by: SERVE, SERVE-PAGED.
+    """
+
+    clauses = {"SERVE", "SERVE-PAGED"}
+
+    def read(self, cache, meta, b, start, stop):
+        flat = cache.flatten(0, 1)
+        table = torch.tensor(meta.block_tables[b] + (0,) * 128, device=cache.device)
+        position = torch.arange(start, stop, device=cache.device)
+        index = table[torch.clamp(position // 128, max=table.numel() - 1)] * 128 + position % 128
+        return flat[index.clamp(max=flat.shape[0] - 1)]
+
+
+class BlockTableIgnored(_PagedNative):
+    """The block table ignored: the cache read as if sequence b owned blocks b * n .. b * n + n - 1.
+
+    Origin: a contiguous-cache kernel reused for a paged cache; right whenever the test allocates
+    blocks in order.
+    Caught by: SERVE, SERVE-PAGED.
+    """
+
+    clauses = {"SERVE", "SERVE-PAGED"}
+
+    def read(self, cache, meta, b, start, stop):
+        per_sequence = max(-(-length // meta.block_size) for length in meta.seq_lens)
+        table = [(b * per_sequence + i) % cache.shape[0] for i in range(per_sequence)]
+        return paged.gather_positions(cache, table, meta.block_size, start, stop)
+
+
+class ExtendCausalTopLeft(_PagedNative):
+    """Extend queries placed at positions 0 .. n_b - 1 (causality aligned top-left).
+
+    Origin: a prefill kernel's causal mask reused for extend (FlashAttention < 2.1 aligned
+    top-left; FIA's sparse_mode 2 is top-left, 3 bottom-right); right whenever n_b = L_b.
+    Caught by: SERVE-EXTEND, SERVE.
+    """
+
+    clauses = {"SERVE-EXTEND", "SERVE"}
+
+    def key_range(self, meta, b):
+        return 0, meta.seq_lens[b]
+
+    def query_positions(self, meta, b, device):
+        return torch.arange(meta.query_len(b), device=device)
+
+
+class ExtendDropsPrefix(_PagedNative):
+    """Extend attends only the new tokens: the cached prefix is never read.
+
+    Origin: a varlen prefill kernel fed cu_seqlens_k = cu_seqlens_q (the new tokens as the whole
+    sequence); right for prefill and for a decode whose L_b = 1.
+    Caught by: SERVE-EXTEND, SERVE.
+    """
+
+    clauses = {"SERVE-EXTEND", "SERVE"}
+
+    def key_range(self, meta, b):
+        first, length = super().key_range(meta, b)
+        return max(first, length - meta.query_len(b)), length
+
+
+class SoftcapDropped(_PagedNative):
+    """softcap accepted and ignored.
+
+    Origin: a serving framework's Gemma2 encoder path (spec/serving.md, why this family exists).
+    Caught by: SERVE-SOFTCAP.
+    """
+
+    clauses = {"SERVE-SOFTCAP"}
+
+    def attend(self, q, k, v, allowed, *, meta, sinks):
+        scores = self.scores(q, k, meta).masked_fill(~allowed, float("-inf"))
+        return self.combine(scores, self.expand(v, q), sinks).to(q.dtype)
+
+
+class SoftcapAfterMask(_PagedNative):
+    """softcap applied after the mask: tanh(-inf) = -1 turns every masked key into a score -cap.
+
+    Origin: a score_mod / epilogue ordering mistake (the mask added first, then the cap).
+    Caught by: SERVE-SOFTCAP.
+    """
+
+    clauses = {"SERVE-SOFTCAP"}
+
+    def attend(self, q, k, v, allowed, *, meta, sinks):
+        if meta.softcap is None:
+            return super().attend(q, k, v, allowed, meta=meta, sinks=sinks)
+        # The kernel scores every key it loaded, causal or not: the ones it reads are the span.
+        scores = self.scores(q, k, meta).masked_fill(~allowed, float("-inf"))
+        scores = meta.softcap * torch.tanh(scores / meta.softcap)
+        return self.combine(scores, self.expand(v, q), sinks).to(q.dtype)
+
+
+class SinkAttendedAsKey(_PagedNative):
+    """The sink treated as one more attended key whose value is the first visible value row.
+
+    Origin: sinks implemented as a StreamingLLM-style sink TOKEN instead of a denominator-only
+    logit (gpt-oss drops the sink column before multiplying by V).
+    Caught by: SERVE-SINKS.
+    """
+
+    clauses = {"SERVE-SINKS"}
+
+    def combine(self, scores, v, sinks):
+        if sinks is None:
+            return super().combine(scores, v, sinks)
+        sink = sinks.float()[:, None, None].expand(-1, scores.shape[1], 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)
+        return probs @ torch.cat([v, v[:, :1]], dim=1)
+
+
+class SinksIgnored(_PagedNative):
+    """sinks accepted and ignored (a plain softmax).
+
+    Origin: a kernel without sink support behind an adapter that forwards everything else.
+    Caught by: SERVE-SINKS.
+    """
+
+    clauses = {"SERVE-SINKS"}
+
+    def combine(self, scores, v, sinks):
+        return super().combine(scores, v, None)
+
+
+class ValuesReadWithQkHeadDim(_PagedNative):
+    """v_cache read as rows of the qk head dim (the cache viewed with Dqk, the output sliced).
+
+    Origin: the Step-3.5 review's qk/v head-dim mix-up; invisible while Dv = Dqk.
+    Caught by: SERVE-HEAD-DIMS.
+    """
+
+    clauses = {"SERVE-HEAD-DIMS"}
+
+    def read_values(self, cache, meta, b, start, stop, qk_dim):
+        values = super().read_values(cache, meta, b, start, stop, qk_dim)  # [K, Hkv, Dv]
+        keys, heads, width = values.shape
+        if width == qk_dim:
+            return values
+        # Row and head strides computed from Dqk: value (p, h, c) read at (p * Hkv + h) * Dqk + c.
+        flat = values.reshape(-1)
+        p = torch.arange(keys, device=values.device)[:, None, None]
+        h = torch.arange(heads, device=values.device)[None, :, None]
+        c = torch.arange(width, device=values.device)[None, None, :]
+        index = ((p * heads + h) * qk_dim + c).clamp(max=flat.numel() - 1)
+        return flat[index]
+
+
+class ReadsEvictedPositions(_PagedNative):
+    """A sliding layer reads from position 0 and masks afterwards: evicted (NaN) keys poison the
+    matmul (NaN * 0 is NaN).
+
+    Origin: a sliding-window kernel that masks instead of starting its reads at L - n - W + 1,
+    correct until the framework frees the window's tail.
+    Caught by: SERVE-EVICT.
+    """
+
+    clauses = {"SERVE-EVICT"}
+
+    def key_range(self, meta, b):
+        return 0, meta.seq_lens[b]
+
+
+class CuSeqlensOffByOne(_PagedNative):
+    """Sequence b's queries taken from cu_seqlens_q[b + 1] on (the first sequence's rows lost,
+    every later sequence shifted by one).
+
+    Origin: cu_seqlens_q read as ends without the leading 0 (FIA's TND `actual_seq_lengths` are
+    cumulative ENDS); right for a batch of one sequence.
+    Caught by: SERVE-RAGGED, SERVE.
+    """
+
+    clauses = {"SERVE-RAGGED", "SERVE"}
+
+    def query_rows(self, meta, b):
+        if meta.batch == 1:
+            return super().query_rows(meta, b)
+        tokens = meta.query_starts[-1]
+        return (torch.arange(meta.query_len(b)) + meta.query_starts[b + 1]) % tokens
+
+
+class OddLayersSlide(_PagedNative):
+    """Gemma-style hybrid models slide the ODD layers (layer_idx % 2 == 1), whatever the config says.
+
+    Origin: the SANA Gemma2 text encoder (spec/masks.md, Sources): transformers slides the even
+    layers, counting from 0.
+    Caught by: SERVE-LAYER-WINDOWS.
+    """
+
+    clauses = {"SERVE-LAYER-WINDOWS"}
+
+    def layer_windows(self, config):
+        windows = paged.layer_windows(config)
+        if not any(w is not None for w in windows) or all(w is not None for w in windows):
+            return windows
+        window = config.sliding_window
+        return [window if i % 2 == 1 else None for i in range(len(windows))]
+
+
+class PrefillDecodeWindowsOneApart(_PagedNative):
+    """Prefill gets pre_tokens = W (W + 1 keys), decode left_context = W (W keys).
+
+    Origin: the Step-3.5 Ascend port (spec/masks.md, WINDOW-CONV; spec/serving.md,
+    SERVE-WINDOW-ARGS).
+    Caught by: SERVE-WINDOW-ARGS.
+    """
+
+    clauses = {"SERVE-WINDOW-ARGS"}
+
+    def window_kernel_args(self, sliding_window):
+        if sliding_window is None:
+            return {"prefill": {"pre_tokens": 2147483647, "next_tokens": 0}, "decode": {"left_context": None}}
+        return {
+            "prefill": {"pre_tokens": sliding_window, "next_tokens": 0},
+            "decode": {"left_context": sliding_window},
+        }
+
+
+def _named(cls, name):
+    backend = cls()
+    backend.name = name
+    return backend
+
+
+BACKENDS = [
+    _named(PageSizeAssumed128, "wrong-page-size-assumed-128"),
+    _named(BlockTableIgnored, "wrong-block-table-ignored"),
+    _named(ExtendCausalTopLeft, "wrong-extend-causal-top-left"),
+    _named(ExtendDropsPrefix, "wrong-extend-drops-prefix"),
+    _named(SoftcapDropped, "wrong-softcap-dropped"),
+    _named(SoftcapAfterMask, "wrong-softcap-after-mask"),
+    _named(SinkAttendedAsKey, "wrong-sink-attended-as-key"),
+    _named(SinksIgnored, "wrong-sinks-ignored"),
+    _named(ValuesReadWithQkHeadDim, "wrong-values-read-with-qk-head-dim"),
+    _named(ReadsEvictedPositions, "wrong-reads-evicted-positions"),
+    _named(CuSeqlensOffByOne, "wrong-cu-seqlens-off-by-one"),
+    _named(OddLayersSlide, "wrong-odd-layers-slide"),
+    _named(PrefillDecodeWindowsOneApart, "wrong-prefill-decode-windows-one-apart"),
+]
