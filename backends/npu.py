@@ -19,6 +19,7 @@ from backends import NotImplementedOp, native
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
 from reference.masks import CANN_MAX_TOKENS, require_window
+from reference.serving import validate_paged_args
 from reference.validation import require_choice, require_positive_finite_or_none
 
 FIA_COMPRESSED_MASK_SIZE = 2048
@@ -177,6 +178,68 @@ class AscendBackend:
         masked = self.swa_decode_mask(seq_lens.to(q.device), kv_len, window=window)[:, :, None, :]
         return self.fia(
             q, k_cache, v_cache, scale=scale, atten_mask=masked, actual_seq_lengths_kv=seq_lens.tolist()
+        )
+
+    # --- serving attention on FIA's paged TND path (spec/serving.md, spec/ascend.md CANN-FIA-PAGED) ---
+
+    layer_windows = NotImplementedOp("config parsing is the serving framework's, not the kernel's")
+
+    def window_kernel_args(self, sliding_window):
+        """SERVE-WINDOW-ARGS: the raw window arguments, from the methods the attention itself uses."""
+        sliding_window = require_window(sliding_window)
+        left = None if sliding_window is None else self.decode_mask_window(sliding_window)
+        return {"prefill": self.cann_prefill_tokens(sliding_window), "decode": {"left_context": left}}
+
+    def paged_attention(
+        self, q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks,
+        scale,
+    ):  # fmt: skip
+        """SERVE: one FIA call in TND over the paged cache; the kernel (prompt or incremental) is
+        chosen per call, so the window is a band (sparse_mode 4) or an explicit decode mask."""
+        meta = validate_paged_args(
+            q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
+            sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
+        )  # fmt: skip
+        _require_fia_paged_features(meta, k_cache, v_cache, sinks)
+        num_blocks, block_size, kv_heads, head_dim = k_cache.shape
+        options = {
+            "input_layout": "TND",
+            "num_heads": meta.q_heads,
+            "num_key_value_heads": kv_heads,
+            "scale": meta.scale,
+            "block_table": block_table.to(device=q.device, dtype=torch.int32),
+            "block_size": block_size,  # the cache's own, never a constant (SERVE)
+            "actual_seq_lengths": list(meta.query_starts[1:]),  # cumulative ends in TND
+            "actual_seq_lengths_kv": list(meta.seq_lens),  # per sequence with a block_table
+        }
+        if all(meta.query_len(b) == 1 for b in range(meta.batch)):
+            options["atten_mask"] = self._paged_decode_mask(meta, block_table.shape[1] * block_size, q.device)
+        else:
+            options["atten_mask"] = compressed_causal_mask(q.device)
+            options["sparse_mode"] = 3 if meta.sliding_window is None else 4
+            options.update(self.cann_prefill_tokens(meta.sliding_window))
+        key = k_cache.reshape(num_blocks, block_size, kv_heads * head_dim)  # (blocknum, blocksize, H)
+        value = v_cache.reshape(num_blocks, block_size, kv_heads * head_dim)
+        return self.ops.npu_fused_infer_attention_score(q.contiguous(), key, value, **options)[0]
+
+    def _paged_decode_mask(self, meta, kv_len: int, device) -> torch.Tensor:
+        """MASK-SWA-DECODE [B, 1, 1, kv_len] (True = masked): the incremental kernel ignores the band."""
+        window = kv_len if meta.sliding_window is None else self.decode_mask_window(meta.sliding_window)
+        lengths = torch.tensor(meta.seq_lens, dtype=torch.int64, device=device)
+        return self.swa_decode_mask(lengths, kv_len, window=window)[:, :, None, :]
+
+
+def _require_fia_paged_features(meta, k_cache, v_cache, sinks) -> None:
+    """What FIA's paged path cannot express raises NotImplementedError (spec/ascend.md, CANN-FIA-PAGED)."""
+    if meta.softcap is not None:
+        raise NotImplementedError("softcap: npu_fused_infer_attention_score has no logit softcapping")
+    if sinks is not None:
+        raise NotImplementedError(
+            "sinks: learnable_sink is documented only for npu_fused_infer_attention_score_v2, not the v1 op"
+        )
+    if v_cache.shape[3] != k_cache.shape[3]:
+        raise NotImplementedError(
+            f"Dv={v_cache.shape[3]} != Dqk={k_cache.shape[3]}: FIA requires key and value of identical shapes"
         )
 
 

@@ -3,7 +3,8 @@
     npu_fused_infer_attention_score(query, key, value, *, atten_mask=None,
         actual_seq_lengths=None, actual_seq_lengths_kv=None, num_heads=1, scale=1.0,
         pre_tokens=2147483647, next_tokens=2147483647, input_layout="BSH",
-        num_key_value_heads=0, sparse_mode=0, **unsupported) -> (attention_out, softmax_lse)
+        num_key_value_heads=0, sparse_mode=0, block_table=None, block_size=0, **unsupported)
+        -> (attention_out, softmax_lse)
 
 Semantics: ``softmax(scale * Q K^T + mask) V`` over the keys that survive every restriction:
 - ``atten_mask`` polarity: True (or 1) = MASKED OUT. Only bool / int8 / uint8 masks are
@@ -25,8 +26,10 @@ Semantics: ``softmax(scale * Q K^T + mask) V`` over the keys that survive every 
   strictly above the diagonal True; anything else raises.
 - Rows with no surviving key return zeros (the real kernel's value there is undocumented; the
   contracts never compare such rows). Computed in float32, rounded once to the query dtype.
-- Layout: only "BNSD" is emulated (others raise). Dtypes: float16, bfloat16 as the real op,
-  plus float32 (an emulator extension, so adapter logic is checked at float32 precision).
+- Layout: "BNSD" without paging, and "TND" with a ``block_table`` (the paged path, in
+  ``paged_attention.py``, spec/ascend.md CANN-FIA-PAGED); others raise.
+- Dtypes: float16, bfloat16 as the real op, plus float32 (an emulator extension, so adapter
+  logic is checked at float32 precision).
 
 Violations raise RuntimeError, as the real op does.
 """
@@ -34,6 +37,8 @@ Violations raise RuntimeError, as the real op does.
 from __future__ import annotations
 
 import torch
+
+from backends.npu_emulator.paged_attention import fia_tnd_paged
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
@@ -106,12 +111,26 @@ def npu_fused_infer_attention_score(
     input_layout="BSH",
     num_key_value_heads=0,
     sparse_mode=0,
+    block_table=None,
+    block_size=0,
     **unsupported,
 ):
     if unsupported:
         _fail(f"arguments not emulated: {sorted(unsupported)}")
-    if input_layout != "BNSD":
-        _fail(f"the emulator supports input_layout='BNSD' only, got {input_layout!r}")
+    if input_layout == "TND" and block_table is not None:
+        for name, tensor in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype not in SUPPORTED_DTYPES:
+                _fail(f"{name} must be a float16/bfloat16/float32 tensor")
+        if key.dtype != query.dtype or value.dtype != query.dtype:
+            _fail("key and value must have the query's dtype")
+        return fia_tnd_paged(
+            query, key, value, atten_mask=atten_mask, actual_seq_lengths=actual_seq_lengths,
+            actual_seq_lengths_kv=actual_seq_lengths_kv, num_heads=num_heads,
+            num_key_value_heads=num_key_value_heads, scale=scale, pre_tokens=pre_tokens,
+            next_tokens=next_tokens, sparse_mode=sparse_mode, block_table=block_table, block_size=block_size,
+        )  # fmt: skip
+    if input_layout != "BNSD" or block_table is not None:
+        _fail(f"emulated: 'BNSD' without paging, 'TND' with a block_table; got {input_layout!r}")
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4 or tensor.dtype not in SUPPORTED_DTYPES:
             _fail(f"{name} must be a 4-D float16/bfloat16/float32 tensor in BNSD")
