@@ -12,6 +12,7 @@ import torch
 
 from backends import paged
 from backends.native import NativeBackend
+from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from reference.serving import ServingBatch, validate_paged_args
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
@@ -321,6 +322,55 @@ class PrefillDecodeWindowsOneApart(_PagedNative):
         }
 
 
+class FiaBandForSplitDecodes(AscendBackend):
+    """A mixed batch split into a decode call and an extend call, both given the band
+    (sparse_mode 4, pre_tokens = W - 1; the decode call without the compressed mask, which the
+    incremental kernel would read as an explicit one): FIA's incremental kernel ignores the band, so the
+    one-token sequences of a mixed batch lose their window. An all-decode batch still takes the
+    explicit mask, so decode alone is right.
+
+    Origin: Ascend serving backends split decode and prefill requests into separate kernel calls;
+    the query-length-1 rule (spec/ascend.md, CANN-FIA-DECODE) then applies to the decode part.
+    Caught by: SERVE-RAGGED, SERVE.
+    """
+
+    clauses = {"SERVE-RAGGED", "SERVE"}
+
+    def __init__(self):
+        super().__init__("wrong-fia-band-for-split-decodes", load_emulator, emulator_unavailable)
+
+    def paged_attention(self, q, k_cache, v_cache, **kwargs):
+        meta = validate_paged_args(q, k_cache, v_cache, **kwargs)
+        decodes = [b for b in range(meta.batch) if meta.query_len(b) == 1]
+        if not decodes or len(decodes) == meta.batch:
+            return super().paged_attention(q, k_cache, v_cache, **kwargs)
+        out = q.new_zeros(q.shape[0], q.shape[1], v_cache.shape[3])
+        extends = [b for b in range(meta.batch) if b not in decodes]
+        for group in (decodes, extends):
+            rows = torch.cat([torch.arange(meta.query_starts[b], meta.query_starts[b + 1]) for b in group])
+            lengths = torch.tensor([meta.query_len(b) for b in group])
+            part = dict(kwargs)
+            part["block_table"] = kwargs["block_table"][group]
+            part["seq_lens"] = kwargs["seq_lens"][group]
+            part["cu_seqlens_q"] = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+            call = self._band_call if group is decodes else super().paged_attention
+            out[rows.to(q.device)] = call(q[rows.to(q.device)], k_cache, v_cache, **part)
+        return out
+
+    def _band_call(self, q, k_cache, v_cache, **kwargs):
+        meta = validate_paged_args(q, k_cache, v_cache, **kwargs)
+        num_blocks, block_size, kv_heads, head_dim = k_cache.shape
+        return self.ops.npu_fused_infer_attention_score(
+            q.contiguous(),
+            k_cache.reshape(num_blocks, block_size, kv_heads * head_dim),
+            v_cache.reshape(num_blocks, block_size, kv_heads * head_dim),
+            input_layout="TND", num_heads=meta.q_heads, num_key_value_heads=kv_heads, scale=meta.scale,
+            block_table=kwargs["block_table"].to(device=q.device, dtype=torch.int32), block_size=block_size,
+            actual_seq_lengths=list(meta.query_starts[1:]), actual_seq_lengths_kv=list(meta.seq_lens),
+            sparse_mode=4, **self.cann_prefill_tokens(meta.sliding_window),
+        )[0]  # fmt: skip
+
+
 def _named(cls, name):
     backend = cls()
     backend.name = name
@@ -341,4 +391,5 @@ BACKENDS = [
     _named(CuSeqlensOffByOne, "wrong-cu-seqlens-off-by-one"),
     _named(OddLayersSlide, "wrong-odd-layers-slide"),
     _named(PrefillDecodeWindowsOneApart, "wrong-prefill-decode-windows-one-apart"),
+    FiaBandForSplitDecodes(),
 ]
