@@ -85,9 +85,32 @@ def paged_attention(
     return out
 
 
+def _legacy_kinds(config, layers: int) -> list[str]:
+    """The ``layer_types`` a transformers config fills for this model type (SERVE-LAYER-WINDOWS)."""
+    model_type = getattr(config, "model_type", "")
+    if model_type in ("gemma2", "gpt_oss"):
+        slides = [i % 2 == 0 for i in range(layers)]
+    elif model_type in ("gemma3", "gemma3_text", "cohere2"):
+        pattern = getattr(config, "sliding_window_pattern", 4 if model_type == "cohere2" else 6)
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+            raise ValueError(f"config.sliding_window_pattern must be an int >= 1, got {pattern!r}")
+        slides = [(i + 1) % pattern != 0 for i in range(layers)]
+    elif model_type in ("qwen2", "qwen3", "qwen2_moe"):
+        first_full = getattr(config, "max_window_layers", 28)
+        if isinstance(first_full, bool) or not isinstance(first_full, int) or first_full < 0:
+            raise ValueError(f"config.max_window_layers must be an int >= 0, got {first_full!r}")
+        if model_type == "qwen2_moe":
+            slides = [i % 2 == 0 and i < first_full for i in range(layers)]
+        else:
+            slides = [i >= first_full for i in range(layers)]
+    else:
+        slides = [True] * layers
+    return ["sliding_attention" if s else "full_attention" for s in slides]
+
+
 def layer_windows(config) -> list[int | None]:
     """SERVE-LAYER-WINDOWS as a serving framework reads a transformers config: ``layer_types``
-    when the config has it, else the model type's documented pattern."""
+    when the config has it, else the model type's rule."""
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise ValueError(f"config.num_hidden_layers must be an int >= 1, got {layers!r}")
@@ -96,18 +119,7 @@ def layer_windows(config) -> list[int | None]:
     if kinds is None:
         if window is None or getattr(config, "use_sliding_window", True) is False:
             return [None] * layers
-        model_type = getattr(config, "model_type", "")
-        if model_type == "gemma2":
-            kinds = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
-        elif model_type in ("gemma3", "gemma3_text", "cohere2"):
-            pattern = getattr(config, "sliding_window_pattern", None)
-            if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
-                raise ValueError(f"config.sliding_window_pattern must be an int >= 1, got {pattern!r}")
-            kinds = [
-                "full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)
-            ]
-        else:
-            kinds = ["sliding_attention"] * layers
+        kinds = _legacy_kinds(config, layers)
     kinds = list(kinds)
     if len(kinds) != layers:
         raise ValueError(f"config.layer_types must have {layers} entries, got {len(kinds)}")

@@ -302,8 +302,36 @@ def window_kernel_args(sliding_window: int | None) -> dict:
     return {"prefill": {"sliding_window": sliding_window}, "decode": {"sliding_window": sliding_window}}
 
 
-# SERVE-LAYER-WINDOWS: model types whose configs slide every layer but every pattern-th.
-_PATTERN_TYPES = {"gemma3", "gemma3_text", "cohere2"}
+# SERVE-LAYER-WINDOWS: the legacy rule of each model type whose transformers config fills
+# ``layer_types`` itself when a config has none; (rule, field, default of the field). Every
+# other model type with a window slides every layer.
+_LEGACY_RULES = {
+    "gemma2": ("even", None, None),
+    "gpt_oss": ("even", None, None),
+    "gemma3": ("pattern", "sliding_window_pattern", 6),
+    "gemma3_text": ("pattern", "sliding_window_pattern", 6),
+    "cohere2": ("pattern", "sliding_window_pattern", 4),
+    "qwen2": ("from", "max_window_layers", 28),
+    "qwen3": ("from", "max_window_layers", 28),
+    "qwen2_moe": ("even_below", "max_window_layers", 28),
+}
+
+
+def _legacy_sliding(config, layers: int) -> list[bool]:
+    """SERVE-LAYER-WINDOWS without ``layer_types``: which layers the model type's rule slides."""
+    rule, field, default = _LEGACY_RULES.get(getattr(config, "model_type", None), ("all", None, None))
+    value = default if field is None else getattr(config, field, default)
+    lowest = 1 if rule == "pattern" else 0
+    if field is not None and (isinstance(value, bool) or not isinstance(value, int) or value < lowest):
+        raise ValueError(f"config.{field} must be an int >= {lowest}, got {value!r}")
+    decide = {
+        "all": lambda i: True,
+        "even": lambda i: i % 2 == 0,
+        "pattern": lambda i: (i + 1) % value != 0,
+        "from": lambda i: i >= value,
+        "even_below": lambda i: i % 2 == 0 and i < value,
+    }[rule]
+    return [decide(i) for i in range(layers)]
 
 
 def layer_windows(config) -> list[int | None]:
@@ -324,16 +352,7 @@ def layer_windows(config) -> list[int | None]:
     elif window is None or getattr(config, "use_sliding_window", True) is False:
         sliding = [False] * layers
     else:
-        model_type = getattr(config, "model_type", None)
-        if model_type == "gemma2":
-            sliding = [i % 2 == 0 for i in range(layers)]
-        elif model_type in _PATTERN_TYPES:
-            pattern = getattr(config, "sliding_window_pattern", None)
-            if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
-                raise ValueError(f"config.sliding_window_pattern must be an int >= 1, got {pattern!r}")
-            sliding = [(i + 1) % pattern != 0 for i in range(layers)]
-        else:
-            sliding = [True] * layers
+        sliding = _legacy_sliding(config, layers)
     if any(sliding):
         require_window(window, "config.sliding_window", optional=False)
     return [window if s else None for s in sliding]
