@@ -74,6 +74,7 @@ SERVING_ERRORS = [
     _serve("v-cache-integer", "v_cache", v_cache=_ones(4, 2, 1, 16, dtype=torch.int32)),
     _serve("v-cache-blocks-differ", "v_cache", v_cache=_ones(5, 2, 1, 16)),
     _serve("v-cache-block-size-differs", "v_cache", v_cache=_ones(4, 3, 1, 16)),
+    _serve("v-cache-kv-heads-differ", "v_cache", v_cache=_ones(4, 2, 2, 16)),
     _serve("k-cache-head-dim", "k_cache", k_cache=_ones(4, 2, 1, 8), v_cache=_ones(4, 2, 1, 8)),
     _serve(
         "heads-not-multiple",
