@@ -1,0 +1,234 @@
+"""Hypothesis strategies for the serving properties (spec/serving.md): ragged paged batches.
+
+A ``ServingRecipe`` fixes the data (q and every sequence's keys and values, from ``seed``) apart
+from the layout (block size, block order, spare and padding blocks, from ``seed + 1``), so
+``dataclasses.replace(recipe, block_size=..., contiguous=True)`` gives the same sequences paged
+another way (the metamorphic form of SERVE-PAGED).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+import torch
+from hypothesis import strategies as st
+
+from conformance.strategies.common import FLOAT_DTYPES, seeds
+
+BLOCK_SIZES = (1, 2, 3, 5, 8, 16, 128)
+SAME_DIMS = ((16, 16), (32, 32), (64, 64), (128, 128))
+# (Dqk, Dv) with Dv != Dqk: MLA-like 192/128 and small look-alikes (SERVE-HEAD-DIMS).
+MIXED_DIMS = ((192, 128), (24, 16), (16, 32), (64, 16), (128, 64))
+KINDS = ("decode", "extend", "prefill")
+MAX_TOKENS = 64  # T, all sequences' new queries
+MAX_LEN = 96  # L_b
+POISONS = ("nan", "huge")
+
+
+def poison_value(kind: str, dtype: torch.dtype) -> float:
+    """NaN, or a huge finite value: 1e30 rounded to the dtype's largest finite (SERVE-PAGED)."""
+    if kind == "nan":
+        return float("nan")
+    return min(1e30, torch.finfo(dtype).max)
+
+
+@dataclass(frozen=True)
+class ServingRecipe:
+    """B sequences of L_b tokens, the last n_b of them new queries, paged into blocks of block_size."""
+
+    seq_lens: tuple[int, ...]
+    query_lens: tuple[int, ...]
+    block_size: int
+    kv_heads: int
+    group: int
+    head_dim: int
+    value_dim: int
+    dtype: torch.dtype
+    seed: int
+    spare_blocks: int = 2
+    pad_columns: int = 2
+    shared_prefix: int = 0  # tokens every sequence shares with sequence 0 (prefix caching)
+    index_dtype: torch.dtype = torch.int32
+    magnitude: float = 1.0
+    contiguous: bool = False  # one run of blocks per sequence, in order, nothing spare or padded
+
+    @property
+    def q_heads(self) -> int:
+        return self.kv_heads * self.group
+
+    @property
+    def max_len(self) -> int:
+        return max(self.seq_lens)
+
+    def make(self, device) -> PagedBatch:
+        """Draw the data, then page it (both seeded); tensors on ``device``."""
+        keys, values, q = self._data()
+        return PagedBatch(self, q, keys, values, *self._layout(keys, values), device=device)
+
+    def _data(self):
+        gen = torch.Generator().manual_seed(self.seed)
+
+        def draw(*shape):
+            values = torch.randn(*shape, generator=gen, dtype=torch.float64) * self.magnitude
+            return values.to(self.dtype)
+
+        keys = [draw(n, self.kv_heads, self.head_dim) for n in self.seq_lens]
+        values = [draw(n, self.kv_heads, self.value_dim) for n in self.seq_lens]
+        q = draw(sum(self.query_lens), self.q_heads, self.head_dim)  # last: the caches do not depend on it
+        for b in range(1, len(keys)):  # a shared prefix holds the same tokens in every sequence
+            keys[b][: self.shared_prefix] = keys[0][: self.shared_prefix]
+            values[b][: self.shared_prefix] = values[0][: self.shared_prefix]
+        return keys, values, q
+
+    def _layout(self, keys, values):
+        """(k_cache, v_cache, block_table, block ids per sequence) on the CPU."""
+        bs = self.block_size
+        gen = torch.Generator().manual_seed(self.seed + 1)
+        needed = [-(-n // bs) for n in self.seq_lens]
+        shared = 0 if self.contiguous else self.shared_prefix // bs
+        used = needed[0] + sum(n - shared for n in needed[1:])
+        pool = used + (0 if self.contiguous else self.spare_blocks)
+        order = list(range(pool)) if self.contiguous else torch.randperm(pool, generator=gen).tolist()
+        ids, cursor = [], 0
+        for b, n in enumerate(needed):
+            own = n if b == 0 else n - shared
+            ids.append(tuple((ids[0][:shared] if b else ()) + tuple(order[cursor : cursor + own])))
+            cursor += own
+        # Unread slots hold foreign data (random), so a backend that reads them is already wrong.
+        k_cache = torch.randn(pool, bs, self.kv_heads, self.head_dim, generator=gen).to(self.dtype)
+        v_cache = torch.randn(pool, bs, self.kv_heads, self.value_dim, generator=gen).to(self.dtype)
+        for row, k, v in zip(ids, keys, values, strict=True):
+            for i, block in enumerate(row):
+                k_cache[block, : len(k[i * bs : (i + 1) * bs])] = k[i * bs : (i + 1) * bs]
+                v_cache[block, : len(v[i * bs : (i + 1) * bs])] = v[i * bs : (i + 1) * bs]
+        width = max(needed) + (0 if self.contiguous else self.pad_columns)
+        garbage = torch.tensor([-1, pool, *range(pool)])  # padding, an id out of range, any block
+        table = garbage[torch.randint(len(garbage), (len(ids), width), generator=gen)]
+        for b, row in enumerate(ids):
+            table[b, : len(row)] = torch.tensor(row)
+        return k_cache, v_cache, table.to(self.index_dtype), tuple(ids)
+
+
+class PagedBatch:
+    """The tensors of one paged_attention call, and the dense data they were paged from."""
+
+    def __init__(self, recipe, q, keys, values, k_cache, v_cache, block_table, ids, *, device):
+        self.recipe, self.ids, self.device = recipe, ids, device
+        self.keys, self.values = keys, values  # CPU, per sequence [L_b, Hkv, D*]
+        self.q, self.k_cache, self.v_cache = (t.to(device) for t in (q, k_cache, v_cache))
+        starts = [0, *itertools.accumulate(recipe.query_lens)]
+        self.block_table = block_table.to(device)
+        self.cu_seqlens_q = torch.tensor(starts, dtype=recipe.index_dtype, device=device)
+        self.seq_lens = torch.tensor(recipe.seq_lens, dtype=recipe.index_dtype, device=device)
+
+    def args(self) -> tuple[tuple, dict]:
+        """(q, k_cache, v_cache) and the metadata keywords of paged_attention."""
+        meta = {"block_table": self.block_table, "cu_seqlens_q": self.cu_seqlens_q, "seq_lens": self.seq_lens}
+        return (self.q, self.k_cache, self.v_cache), meta
+
+    def cpu(self) -> PagedBatch:
+        """The same batch on the CPU (for the oracle)."""
+        return self.with_caches(self.k_cache, self.v_cache, device="cpu")
+
+    def with_caches(self, k_cache, v_cache, *, device=None) -> PagedBatch:
+        copy = PagedBatch(
+            self.recipe, self.q.cpu(), self.keys, self.values, k_cache.cpu(), v_cache.cpu(),
+            self.block_table.cpu(), self.ids, device=self.device if device is None else device,
+        )  # fmt: skip
+        return copy
+
+    def first_visible(self, b: int, window: int | None) -> int:
+        """SERVE-EVICT's e_b: the first position a query of sequence b may see."""
+        first_query = self.recipe.seq_lens[b] - self.recipe.query_lens[b]
+        return 0 if window is None else max(0, first_query - window + 1)
+
+    def readable(self, *, evict_window=None, stops=None) -> torch.Tensor:
+        """bool [num_blocks, block_size]: the slots some sequence may read (positions e_b .. stop_b - 1;
+        e_b = 0 without ``evict_window``, stop_b = L_b unless ``stops`` says otherwise)."""
+        bs = self.recipe.block_size
+        mask = torch.zeros(self.k_cache.shape[0], bs, dtype=torch.bool)
+        for b, row in enumerate(self.ids):
+            stop = self.recipe.seq_lens[b] if stops is None else stops[b]
+            for p in range(self.first_visible(b, evict_window), stop):
+                mask[row[p // bs], p % bs] = True
+        return mask
+
+    def poison(self, value: float, **which) -> PagedBatch:
+        """Every slot no sequence may read (``readable(**which)``) set to ``value`` (NaN or huge)."""
+        unread = ~self.readable(**which).to(self.k_cache.device)[:, :, None, None]
+        k_cache, v_cache = (t.masked_fill(unread, value) for t in (self.k_cache, self.v_cache))
+        return self.with_caches(k_cache, v_cache)
+
+    def row_slices(self) -> list[slice]:
+        """Sequence b's rows of q and of the output."""
+        starts = self.cu_seqlens_q.tolist()
+        return [slice(a, b) for a, b in zip(starts, starts[1:], strict=False)]
+
+
+def _sequence(draw, kind: str, block_size: int, query_budget: int) -> tuple[int, int]:
+    """(L_b, n_b) of one sequence: decode n = 1, prefill n = L, extend 1 < n < L."""
+    max_len = min(MAX_LEN, 40 * block_size)  # at most 40 blocks per sequence
+    if kind == "decode":
+        length = draw(st.one_of(st.integers(1, 4), st.integers(1, max_len)))
+        return length, 1
+    if kind == "prefill":
+        length = draw(st.integers(1, min(max_len, query_budget)))
+        return length, length
+    length = draw(st.integers(3, max_len))
+    return length, draw(st.integers(2, min(length - 1, query_budget)))
+
+
+@st.composite
+def serving_recipes(
+    draw, *, kinds=KINDS, layout=None, batch=None, dtypes=FLOAT_DTYPES, dims=SAME_DIMS, magnitudes=(1.0,)
+) -> ServingRecipe:
+    """A ragged paged batch: B 1..3 sequences of the given kinds (``layout``: exactly these kinds)."""
+    if layout is None:
+        size = batch or draw(st.integers(1, 3))
+        layout = [draw(st.sampled_from(kinds)) for _ in range(size)]
+    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    budget = MAX_TOKENS // len(layout)
+    lengths, query_lens = zip(*(_sequence(draw, kind, block_size, budget) for kind in layout), strict=True)
+    shareable = min(lengths) // block_size if len(layout) > 1 else 0
+    head_dim, value_dim = draw(st.sampled_from(dims))
+    return ServingRecipe(
+        seq_lens=tuple(lengths),
+        query_lens=tuple(query_lens),
+        block_size=block_size,
+        kv_heads=draw(st.integers(1, 2)),
+        group=draw(st.sampled_from((1, 2, 4))),
+        head_dim=head_dim,
+        value_dim=value_dim,
+        dtype=draw(st.sampled_from(dtypes)),
+        seed=draw(seeds()),
+        spare_blocks=draw(st.integers(0, 4)),
+        pad_columns=draw(st.integers(0, 3)),
+        shared_prefix=draw(st.integers(0, shareable)) * block_size,
+        index_dtype=draw(st.sampled_from((torch.int32, torch.int64))),
+        magnitude=draw(st.sampled_from(magnitudes)),
+    )
+
+
+def windows(recipe: ServingRecipe, *, optional: bool = True):
+    """A window W, often below the longest sequence (one key more or less then matters); or None."""
+    inside = st.integers(1, max(1, recipe.max_len - 1))
+    drawn = st.one_of(inside, st.integers(1, recipe.max_len + 2))
+    return st.one_of(st.none(), drawn) if optional else drawn
+
+
+def contiguous(recipe: ServingRecipe) -> ServingRecipe:
+    """The same sequences, one run of blocks each as large as the longest sequence (SERVE-PAGED)."""
+    return dataclasses.replace(recipe, block_size=recipe.max_len, contiguous=True)
+
+
+def extend_rows(recipe: ServingRecipe, extra: int) -> ServingRecipe:
+    """The same caches with up to ``extra`` more query rows before each sequence's last one."""
+    lens = tuple(min(length, 1 + extra) for length in recipe.seq_lens)
+    return dataclasses.replace(recipe, query_lens=lens)
+
+
+def sink_values():
+    """Sink logits that matter: moderate ones and very large ones (the sink takes nearly all the mass)."""
+    return st.one_of(st.floats(-2.0, 4.0), st.sampled_from((-30.0, 10.0, 20.0)))
