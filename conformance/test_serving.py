@@ -282,7 +282,11 @@ PLAIN_CONFIGS = {
     "gemma3-pattern-3": (_plain("gemma3_text", 7, 8, sliding_window_pattern=3), [8, 8, None, 8, 8, None, 8]),
     "cohere2-pattern-4": (_plain("cohere2", 4, 16, sliding_window_pattern=4), [16, 16, 16, None]),
     "mistral": (_plain("mistral", 3, 16), [16, 16, 16]),
-    "other-type-with-window": (_plain("qwen2", 2, 32), [32, 32]),
+    "other-type-with-window": (_plain("starcoder2", 2, 32), [32, 32]),
+    "gpt-oss": (_plain("gpt_oss", 3, 128), [128, None, 128]),
+    "qwen2-max-window-layers": (_plain("qwen2", 4, 32, max_window_layers=2), [None, None, 32, 32]),
+    "qwen2-default-max-window-layers": (_plain("qwen2", 2, 32), [None, None]),
+    "qwen2-moe": (_plain("qwen2_moe", 5, 32, max_window_layers=3), [32, None, 32, None, None]),
     "no-window": (_plain("gemma2", 4, None), [None] * 4),
     "use-sliding-window-false": (_plain("qwen2", 3, 32, use_sliding_window=False), [None] * 3),
     "layer-types": (_plain("llama", 3, 5, layer_types=[_F, _S, _S]), [None, 5, 5]),
@@ -294,7 +298,7 @@ PLAIN_CONFIGS = {
 @pytest.mark.op("layer_windows")
 @pytest.mark.parametrize("name", sorted(PLAIN_CONFIGS))
 def test_layer_windows_of_plain_configs(backend, device, name):
-    """layer_types when present, else the model type's rule (gemma2 even layers, pattern types, all)."""
+    """layer_types when present, else the model type's rule (even layers, pattern, max_window_layers, all)."""
     config, want = PLAIN_CONFIGS[name]
     got = backend.layer_windows(config)
     check(got == want, clause="SERVE-LAYER-WINDOWS",
