@@ -23,7 +23,7 @@ the denominator only (SERVE-SINKS). FlexAttention's ``lse`` (natural log, measur
 ``out * sigmoid(lse - sink)`` too, but torch 2.13's inductor rejects ``return_lse`` on CPU, and
 the extra key rounds once. A packed call evaluates T x (K + 1) mask entries; the block mask
 skips the blocks between sequences. Dv != Dqk is native to FlexAttention (value [.., Ev]).
-Compiled on CPU, the query and key lengths are padded to one length (``_compiled_shapes``).
+Compiled, the query and key lengths are padded (``_compiled_shapes``).
 """
 
 from __future__ import annotations
@@ -135,16 +135,19 @@ def _pad(t: torch.Tensor, dim: int, length: int, value=0) -> torch.Tensor:
 
 
 def _compiled_shapes(q, k, v, sink, layout):
-    """Shapes torch 2.13's compiled FlexAttention handles (``layout`` is padded in place).
+    """Shapes torch 2.13's compiled FlexAttention handles without a recompile (``layout`` is
+    padded in place with query rows of sequence PAD_QUERY and zero keys of PAD_KEY).
 
-    On CPU, query rows (sequence PAD_QUERY) and zero keys (PAD_KEY) make both lengths equal: a
-    captured key-length tensor read at kv_idx fails to compile (CppCompileError "'cur_kvSplitSize7'
-    was not declared", measured) when the two lengths are distinct symbols. Elsewhere a query
-    length of 1 becomes 2 (module docstring). A single kv head is doubled, as in ``_run``.
+    Both lengths are at least two sparse blocks: one block is a separate specialization of the
+    block mask (a recompile "block_mask.q_indices size mismatch at index 2. expected 1", measured).
+    On CPU both lengths are equal: a captured key-length tensor read at kv_idx fails to compile
+    (CppCompileError "'cur_kvSplitSize7' was not declared", measured) when they are distinct
+    symbols. A single kv head is doubled, as in ``_run``.
     """
-    cpu = q.device.type == "cpu"
-    q_len = max(q.shape[2], k.shape[2] if cpu else 2)
-    kv_len = max(k.shape[2], q_len if cpu else 0)
+    least = _flex()._DEFAULT_SPARSE_BLOCK_SIZE + 1
+    q_len, kv_len = max(q.shape[2], least), max(k.shape[2], least)
+    if q.device.type == "cpu":
+        q_len = kv_len = max(q_len, kv_len)
     q, k, v = _pad(q, 2, q_len), _pad(k, 2, kv_len), _pad(v, 2, kv_len)
     for name, length, value in (("q_seq", q_len, PAD_QUERY), ("q_pos", q_len, 0), ("k_seq", kv_len, PAD_KEY),
                                 ("k_pos", kv_len, 0)):  # fmt: skip
