@@ -28,6 +28,7 @@ Compiled, the query and key lengths are padded (``_compiled_shapes``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 
@@ -65,6 +66,15 @@ def _window_tensor(sliding_window: int | None, kv_len: int, device) -> torch.Ten
 
 # Sequence ids of the packed layout that are not sequences: the sink key, padding keys and queries.
 SINK, PAD_KEY, PAD_QUERY = -1, -2, -3
+
+
+def _static_heads():
+    """Compile settings of the serving call. Recompiles for new head counts or dims keep them
+    static: automatic dynamic shapes would make them symbols, and torch 2.13's CPU flex kernel then
+    fails to compile (CppCompileError "'cur_kvSplitSize7' was not declared", measured on a second
+    head count in one process). Each dtype x head config is one graph, so the default limit of 8
+    graphs per function (beyond which dynamo runs flex_attention uncompiled) is raised to 64."""
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=64)
 
 
 @functools.cache
@@ -134,27 +144,39 @@ def _pad(t: torch.Tensor, dim: int, length: int, value=0) -> torch.Tensor:
     return torch.cat([t, t.new_full(shape, value)], dim=dim)
 
 
+def _unspecialized_length(length: int, static: set[int]) -> int:
+    """The least length >= ``length`` of the form 128 (n - 1) + 1 (n sparse blocks) with n >= 2
+    and n not in ``static``, so neither the length nor its block count meets a static size."""
+    block = _flex()._DEFAULT_SPARSE_BLOCK_SIZE
+    blocks = max(2, 1 + -(-(length - 1) // block))
+    while blocks in static:
+        blocks += 1
+    return (blocks - 1) * block + 1
+
+
 def _compiled_shapes(q, k, v, sink, layout):
     """Shapes torch 2.13's compiled FlexAttention handles without a recompile (``layout`` is
     padded in place with query rows of sequence PAD_QUERY and zero keys of PAD_KEY).
 
-    Both lengths are at least two sparse blocks: one block is a separate specialization of the
-    block mask (a recompile "block_mask.q_indices size mismatch at index 2. expected 1", measured).
-    On CPU both lengths are equal: a captured key-length tensor read at kv_idx fails to compile
-    (CppCompileError "'cur_kvSplitSize7' was not declared", measured) when they are distinct
-    symbols. A single kv head is doubled, as in ``_run``.
+    dynamic=True duck-sizes every size equal to a static one (the head counts and dims, which
+    flex_attention marks static) into that constant: a block mask of 1 block, or of Hkv blocks,
+    recompiled ("block_mask.q_indices size mismatch at index 2. expected 2, actual 4", measured),
+    hence ``_unspecialized_length``. On CPU both lengths are equal: a captured key-length tensor
+    read at kv_idx fails to compile (CppCompileError "'cur_kvSplitSize7' was not declared",
+    measured) when they are distinct symbols. A single kv head is doubled, as in ``_run``.
     """
-    least = _flex()._DEFAULT_SPARSE_BLOCK_SIZE + 1
-    q_len, kv_len = max(q.shape[2], least), max(k.shape[2], least)
+    if k.shape[1] == 1:
+        q, k, v = (torch.cat([t, t], dim=1) for t in (q, k, v))
+        sink = torch.cat([sink, sink])
+    static = {q.shape[1], k.shape[1], q.shape[3], v.shape[3]}
+    q_len, kv_len = q.shape[2], k.shape[2]
     if q.device.type == "cpu":
         q_len = kv_len = max(q_len, kv_len)
+    q_len, kv_len = _unspecialized_length(q_len, static), _unspecialized_length(kv_len, static)
     q, k, v = _pad(q, 2, q_len), _pad(k, 2, kv_len), _pad(v, 2, kv_len)
     for name, length, value in (("q_seq", q_len, PAD_QUERY), ("q_pos", q_len, 0), ("k_seq", kv_len, PAD_KEY),
                                 ("k_pos", kv_len, 0)):  # fmt: skip
         layout[name] = _pad(layout[name], 0, length, value)
-    if k.shape[1] == 1:
-        q, k, v = (torch.cat([t, t], dim=1) for t in (q, k, v))
-        sink = torch.cat([sink, sink])
     return q, k, v, sink
 
 
@@ -272,7 +294,8 @@ class FlexBackend:
         flex = _flex()
         block_mask = flex.create_block_mask(mask_mod, 1, None, q.shape[2], k.shape[2], device=device)
         run = _compiled_flex_attention() if self.compiled else flex.flex_attention
-        out = run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=meta.scale, enable_gqa=True)
+        with _static_heads() if self.compiled else contextlib.nullcontext():
+            out = run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=meta.scale, enable_gqa=True)
         return out[0, :q_heads, :tokens].transpose(0, 1)
 
     layer_windows = NotImplementedOp("config parsing is the serving framework's, not the kernel's")
