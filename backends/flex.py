@@ -11,10 +11,24 @@ nothing the window mask_mod does not test). To keep compiles per dtype, not per 
 - a query or key length of 1 (decode; prefill of one token) is padded to 2 (a copied query
   row, an invalid key), because length 1 is a separate specialization of the compiled kernel.
 torch is imported normally; flex_attention is imported lazily so a torch without it is a skip.
+
+Serving (spec/serving.md, SERVE) is one packed call for the whole ragged batch: q is
+[1, Hq, T, Dqk]; the keys each sequence may see (positions e_b .. L_b - 1, SERVE-EVICT) are gathered
+from the paged cache and packed as [1, Hkv, K + 1, D*], so positions a sequence must not read are
+never gathered (a masked NaN still poisons the matmul: SERVE-PAGED). ONE ``mask_mod`` compares
+captured per-token tensors (sequence id and absolute position of every query and key); ONE
+``score_mod`` applies softcap (a captured cap and on/off flag) and the sink logit. The sink is
+the extra last key, whose value is zero and whose score is ``sinks[h]``: it adds exp(sink) to
+the denominator only (SERVE-SINKS). FlexAttention's ``lse`` (natural log, measured) would give
+``out * sigmoid(lse - sink)`` too, but torch 2.13's inductor rejects ``return_lse`` on CPU, and
+the extra key rounds once. A packed call evaluates T x (K + 1) mask entries; the block mask
+skips the blocks between sequences. Dv != Dqk is native to FlexAttention (value [.., Ev]).
+Compiled, the query and key lengths are padded (``_compiled_shapes``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 
@@ -23,7 +37,8 @@ import torch
 from backends import NotImplementedOp
 from backends._toolchain import compile_unavailable
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args
-from reference.masks import validate_encoder_mask_args
+from reference.masks import require_window, validate_encoder_mask_args
+from reference.serving import ServingBatch, validate_paged_args
 
 
 def _flex():
@@ -49,9 +64,120 @@ def _window_tensor(sliding_window: int | None, kv_len: int, device) -> torch.Ten
     return torch.tensor(kv_len + 1 if sliding_window is None else sliding_window, device=device)
 
 
+# Sequence ids of the packed layout that are not sequences: the sink key, padding keys and queries.
+SINK, PAD_KEY, PAD_QUERY = -1, -2, -3
+
+
+def _static_heads():
+    """Compile settings of the serving call. Recompiles for new head counts or dims keep them
+    static: automatic dynamic shapes would make them symbols, and torch 2.13's CPU flex kernel then
+    fails to compile (CppCompileError "'cur_kvSplitSize7' was not declared", measured on a second
+    head count in one process). Each dtype x head config is one graph, so the default limit of 8
+    graphs per function (beyond which dynamo runs flex_attention uncompiled) is raised to 64."""
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=64)
+
+
 @functools.cache
 def _compiled_flex_attention():
     return torch.compile(_flex().flex_attention, dynamic=True)
+
+
+def serving_window(sliding_window: int | None) -> int | None:
+    """SERVE-WINDOW-ARGS: the window the serving mask_mod keeps, in keys (None = unbounded); both
+    prefill/extend and decode rows go through the same packed call, hence the same value."""
+    return require_window(sliding_window)
+
+
+def serving_mask_mod(q_seq, q_pos, k_seq, k_pos, window, sinks_on):
+    """mask_mod of SERVE over the packed layout: a query sees a key of its own sequence with
+    key <= position and position - key < window; with sinks_on, also the sink key (k_seq == SINK)."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        position, key = q_pos[q_idx], k_pos[kv_idx]
+        own = (q_seq[q_idx] == k_seq[kv_idx]) & (key <= position) & (position - key < window)
+        return own | ((k_seq[kv_idx] == SINK) & sinks_on)
+
+    return mask_mod
+
+
+def serving_score_mod(cap, cap_on, sink, k_seq):
+    """score_mod of SERVE-SOFTCAP (cap * tanh(score / cap) when cap_on) and SERVE-SINKS (the sink
+    key's score is sink[h], not softcapped)."""
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        capped = torch.where(cap_on, cap * torch.tanh(score / cap), score)
+        return torch.where(k_seq[kv_idx] == SINK, sink[h], capped)
+
+    return score_mod
+
+
+def _packed_layout(meta: ServingBatch, device) -> dict[str, torch.Tensor]:
+    """Per query token and per gathered key: sequence id and absolute position; per key, its row in
+    the flattened cache (SERVE: position p in block_table[b, p // block_size], slot p % block_size).
+    The sink key (sequence id SINK, no cache row) ends the keys."""
+    q_seq, q_pos, k_seq, k_pos, rows = [], [], [], [], []
+    for b in range(meta.batch):
+        length, query_len = meta.seq_lens[b], meta.query_len(b)
+        positions = torch.arange(meta.first_visible(b), length)  # SERVE-EVICT: e_b .. L_b - 1
+        table = torch.tensor(meta.block_tables[b], dtype=torch.long)
+        rows.append(table[positions // meta.block_size] * meta.block_size + positions % meta.block_size)
+        q_seq.append(torch.full((query_len,), b))
+        q_pos.append(torch.arange(length - query_len, length))
+        k_seq.append(torch.full((positions.numel(),), b))
+        k_pos.append(positions)
+    layout = {"q_seq": q_seq, "q_pos": q_pos, "k_seq": k_seq + [torch.tensor([SINK])], "rows": rows,
+              "k_pos": k_pos + [torch.tensor([0])]}  # fmt: skip
+    return {name: torch.cat(parts).to(device) for name, parts in layout.items()}
+
+
+def _packed_kv(cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The gathered rows of a paged cache and a zero sink row: [1, Hkv, K + 1, D]."""
+    keys = cache.flatten(0, 1).index_select(0, rows)
+    keys = torch.cat([keys, keys.new_zeros(1, *keys.shape[1:])])
+    return keys.permute(1, 0, 2).unsqueeze(0).contiguous()
+
+
+def _pad(t: torch.Tensor, dim: int, length: int, value=0) -> torch.Tensor:
+    """``t`` extended along ``dim`` to ``length`` with ``value``."""
+    shape = list(t.shape)
+    shape[dim] = length - t.shape[dim]
+    return torch.cat([t, t.new_full(shape, value)], dim=dim)
+
+
+def _unspecialized_length(length: int, static: set[int]) -> int:
+    """The least length >= ``length`` of the form 128 (n - 1) + 1 (n sparse blocks) with n >= 2
+    and n not in ``static``, so neither the length nor its block count meets a static size."""
+    block = _flex()._DEFAULT_SPARSE_BLOCK_SIZE
+    blocks = max(2, 1 + -(-(length - 1) // block))
+    while blocks in static:
+        blocks += 1
+    return (blocks - 1) * block + 1
+
+
+def _compiled_shapes(q, k, v, sink, layout):
+    """Shapes torch 2.13's compiled FlexAttention handles without a recompile (``layout`` is
+    padded in place with query rows of sequence PAD_QUERY and zero keys of PAD_KEY).
+
+    dynamic=True duck-sizes every size equal to a static one (the head counts and dims, which
+    flex_attention marks static) into that constant: a block mask of 1 block, or of Hkv blocks,
+    recompiled ("block_mask.q_indices size mismatch at index 2. expected 2, actual 4", measured),
+    hence ``_unspecialized_length``. On CPU both lengths are equal: a captured key-length tensor
+    read at kv_idx fails to compile (CppCompileError "'cur_kvSplitSize7' was not declared",
+    measured) when they are distinct symbols. A single kv head is doubled, as in ``_run``.
+    """
+    if k.shape[1] == 1:
+        q, k, v = (torch.cat([t, t], dim=1) for t in (q, k, v))
+        sink = torch.cat([sink, sink])
+    static = {q.shape[1], k.shape[1], q.shape[3], v.shape[3]}
+    q_len, kv_len = q.shape[2], k.shape[2]
+    if q.device.type == "cpu":
+        q_len = kv_len = max(q_len, kv_len)
+    q_len, kv_len = _unspecialized_length(q_len, static), _unspecialized_length(kv_len, static)
+    q, k, v = _pad(q, 2, q_len), _pad(k, 2, kv_len), _pad(v, 2, kv_len)
+    for name, length, value in (("q_seq", q_len, PAD_QUERY), ("q_pos", q_len, 0), ("k_seq", kv_len, PAD_KEY),
+                                ("k_pos", kv_len, 0)):  # fmt: skip
+        layout[name] = _pad(layout[name], 0, length, value)
+    return q, k, v, sink
 
 
 class FlexBackend:
@@ -137,10 +263,53 @@ class FlexBackend:
         window = _window_tensor(sliding_window, kv_len, q.device)
         return self._run(q, k_cache, v_cache, query_pos, key_valid, window, scale=scale)
 
+    # --- serving attention (spec/serving.md) ------------------------------------------------------
+    def paged_attention(
+        self, q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks,
+        scale,
+    ):  # fmt: skip
+        """SERVE: one packed flex_attention call over the gathered keys of every sequence."""
+        meta = validate_paged_args(
+            q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
+            sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
+        )  # fmt: skip
+        device, tokens, q_heads = q.device, q.shape[0], q.shape[1]
+        layout = _packed_layout(meta, device)
+        score_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        window = serving_window(meta.sliding_window)
+        window = torch.tensor(torch.iinfo(torch.long).max if window is None else window, device=device)
+        cap = torch.tensor(1.0 if meta.softcap is None else meta.softcap, dtype=score_dtype, device=device)
+        sink = torch.zeros(q_heads, dtype=score_dtype, device=device) if sinks is None else sinks
+        sink = sink.detach().to(device, score_dtype)
+        q = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, T, Dqk]
+        k, v = _packed_kv(k_cache, layout["rows"]), _packed_kv(v_cache, layout["rows"])
+        if self.compiled:
+            q, k, v, sink = _compiled_shapes(q, k, v, sink, layout)
+        flags = (sinks is not None, meta.softcap is not None)
+        sinks_on, cap_on = (torch.tensor(flag, device=device) for flag in flags)
+        mask_mod = serving_mask_mod(
+            layout["q_seq"], layout["q_pos"], layout["k_seq"], layout["k_pos"], window, sinks_on
+        )
+        score_mod = serving_score_mod(cap, cap_on, sink, layout["k_seq"])
+        flex = _flex()
+        block_mask = flex.create_block_mask(mask_mod, 1, None, q.shape[2], k.shape[2], device=device)
+        run = _compiled_flex_attention() if self.compiled else flex.flex_attention
+        with _static_heads() if self.compiled else contextlib.nullcontext():
+            out = run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=meta.scale, enable_gqa=True)
+        return out[0, :q_heads, :tokens].transpose(0, 1)
+
+    layer_windows = NotImplementedOp("config parsing is the serving framework's, not the kernel's")
+
+    def window_kernel_args(self, sliding_window) -> dict:
+        """SERVE-WINDOW-ARGS: the window tensor of serving_mask_mod, for extend and decode rows alike."""
+        window = serving_window(sliding_window)
+        return {"prefill": {"sliding_window": window}, "decode": {"sliding_window": window}}
+
 
 class FlexCompiledBackend(FlexBackend):
-    """Compiled prefill and decode only: its masks would be the eager backend's (create_mask is
-    not compiled)."""
+    """Compiled prefill, decode and paged attention only: its masks would be the eager backend's
+    (create_mask is not compiled). On CPU, torch 2.13's inductor takes float32, float16 and
+    bfloat16 only (float64 raises its NotImplementedError, measured)."""
 
     encoder_attention_mask = NotImplementedOp(
         "flex-compiled compiles prefill and decode only; its mask would be flex's "
