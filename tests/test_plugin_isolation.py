@@ -133,3 +133,35 @@ def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path):
     proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--trace-config")
     assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
     assert "test_plain[" not in proc.stdout and str(REPO / "conformance" / "plugin.py") in proc.stdout
+
+
+def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path):
+    """In a run that asks for the suite (--backend native), a user's own test that takes an
+    argument named `backend` but is not marked clause/op keeps its own fixture."""
+    (tmp_path / "test_own.py").write_text(
+        textwrap.dedent("""
+        import pytest
+
+
+        @pytest.fixture
+        def backend():
+            return "own"
+
+
+        def test_own(backend):
+            assert backend == "own"
+        """)
+    )
+    proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--backend", "native")
+    assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    assert "test_own[" not in proc.stdout, proc.stdout
+
+
+def test_profiles_do_not_inherit_the_environments_profile():
+    """With CI set, Hypothesis loads its own "ci" (derandomized, 100 examples) at import; the
+    suite's dev profile registered then inherited its derandomize instead of Hypothesis's default."""
+    code = "import conformance.profiles, hypothesis; print(hypothesis.settings.get_profile('opconform-dev'))"
+    env = {**os.environ, "CI": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "derandomize=False" in proc.stdout and "max_examples=30" in proc.stdout, proc.stdout
