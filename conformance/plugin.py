@@ -2,79 +2,42 @@
 
 Options: ``--backend NAME`` and ``--device NAME`` (repeatable), ``--backend-module
 MODULE[:ATTR]`` (repeatable; its backends are selected automatically) and ``--opconform-json
-PATH`` (a machine-readable record of every case). A test opts in by taking the ``backend`` and
-``device`` arguments and declares what it checks with ``@pytest.mark.clause("ID", ...)`` and
-``@pytest.mark.op("name")``. A pair the backend cannot run, a device that is absent, or an op
+PATH`` (a machine-readable record of every case). A test of the suite, or one marked with
+``@pytest.mark.clause("ID", ...)`` or ``@pytest.mark.op("name")``, opts in by taking the ``backend``
+and ``device`` arguments. A pair the backend cannot run, a device that is absent, or an op
 the backend lacks is a skip with its reason, decided at setup (so collection never imports an
 optional framework).
 
 Registered through the ``pytest11`` entry point; the repository's conftest.py loads it when the
-package is not installed.
+package is not installed. It acts only in runs that give an opconform option or collect the suite
+(``conformance.activation``); any other run in the environment is left as it is.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis import settings
 
-import backends as registry
+from conformance import activation, profiles, recorder, rerun, spec_index
 from conformance import expectations as manifests
-from conformance import recorder, rerun, spec_index
+from conformance.activation import state
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
 
 # pytest's exit status when a device named with --device is absent (pytest's own are 0-5);
 # `opconform run` exits 3 then (README, exit statuses).
 EXIT_DEVICE_ABSENT = 6
 
-# Hypothesis profiles. "ci" is chosen when the CI environment variable is set; derandomize makes
-# a serial run and `-n auto` draw identical examples.
-_BASE = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("dev", max_examples=30, print_blob=True, **_BASE)
-settings.register_profile("ci", max_examples=30, derandomize=True, print_blob=True, database=None, **_BASE)
-settings.register_profile("thorough", max_examples=300, print_blob=True, **_BASE)
-settings.register_profile("debug", max_examples=10, verbosity=Verbosity.verbose, print_blob=True, **_BASE)
-# "ci" without the shrink phase: the same examples, so the same verdicts, minus the minimal
-# example. For runs that only need to know whether (and by which clause) a backend fails, such
-# as the mutant kill matrix.
-settings.register_profile(
-    "ci-noshrink", parent=settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate]
-)
 
+def _registry():
+    """The ``backends`` registry, imported only once the plugin is active (a user's own
+    ``backends`` package must never be imported by the plugin of an unrelated run)."""
+    import backends
 
-def _register_shared_profile() -> None:
-    """ "ci-shared": the ci settings, randomized, replaying examples that other CI jobs found.
-
-    Enabled by OPCONFORM_SHARED_DB=OWNER/REPO: the local example database is multiplexed with a
-    read-only view of the GitHub artifact ``hypothesis-example-db`` (needs GITHUB_TOKEN), so a
-    counterexample found on one device's runner is replayed on the others (README, CI section).
-    """
-    target = os.environ.get("OPCONFORM_SHARED_DB")
-    if not target:
-        return
-    from hypothesis.database import (
-        DirectoryBasedExampleDatabase,
-        GitHubArtifactDatabase,
-        MultiplexedDatabase,
-        ReadOnlyDatabase,
-    )
-
-    owner, _, repo = target.partition("/")
-    if not owner or not repo:
-        raise ValueError(f"OPCONFORM_SHARED_DB must look like OWNER/REPO, got {target!r}")
-    shared = ReadOnlyDatabase(GitHubArtifactDatabase(owner, repo))
-    local = DirectoryBasedExampleDatabase(".hypothesis/examples")
-    settings.register_profile(
-        "ci-shared", parent=settings.get_profile("ci"), derandomize=False,
-        database=MultiplexedDatabase(local, shared),
-    )  # fmt: skip
-
-
-_register_shared_profile()
+    return backends
 
 
 def pytest_addoption(parser):
@@ -132,6 +95,7 @@ def pytest_addoption(parser):
 
 def _load_module_backends(spec: str) -> list:
     """``--backend-module spec``'s backends; any error importing it is a one-line usage error."""
+    registry = _registry()
     try:
         loaded = registry.load_backend_module(spec)
     except registry.BackendError as exc:
@@ -151,6 +115,7 @@ def _load_module_backends(spec: str) -> list:
 
 def _entry_point_backends() -> list:
     """The installed entry points' backends; one that raises on load is a one-line usage error."""
+    registry = _registry()
     try:
         return registry.entry_point_backends()
     except registry.BackendError:
@@ -162,6 +127,7 @@ def _entry_point_backends() -> list:
 
 
 def _select_backends(config) -> list:
+    registry = _registry()
     names = config.getoption("backend")
     module_specs = config.getoption("backend_module")
     try:
@@ -190,56 +156,75 @@ def _select_devices(config) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """An unregistered --hypothesis-profile is a usage error (Hypothesis's own plugin would stop
-    the run with an INTERNALERROR traceback)."""
+    """A short profile name (``dev``) that nobody registered means ``opconform-dev``; an unregistered
+    --hypothesis-profile is a usage error (Hypothesis's own plugin would stop the run with an
+    INTERNALERROR traceback)."""
     name = config.getoption("hypothesis_profile", None)
-    if name is not None:
-        from hypothesis.errors import InvalidArgument
-
-        try:
-            settings.get_profile(name)
-        except InvalidArgument:
-            known = sorted(settings._profiles)
-            raise pytest.UsageError(
-                f"--hypothesis-profile: unknown profile {name!r}; known: {known}"
-            ) from None
+    if name is None:
+        return
+    if not profiles.registered(name) and profiles.registered(profiles.PREFIX + name):
+        config.option.hypothesis_profile = name = profiles.PREFIX + name
+    if not profiles.registered(name):
+        raise pytest.UsageError(f"--hypothesis-profile: unknown profile {name!r}; known: {profiles.known()}")
 
 
+@pytest.hookimpl(trylast=True)  # after Hypothesis's plugin loads --hypothesis-profile, see activate
 def pytest_configure(config):
     config.addinivalue_line("markers", "clause(*ids): the spec clauses a test checks")
     config.addinivalue_line("markers", "op(name): the backend op a test needs")
-    if config.getoption("hypothesis_profile", None) is None:
-        settings.load_profile("ci" if os.environ.get("CI") else "dev")
-    config._opconform_backends = _select_backends(config)
-    config._opconform_devices = _select_devices(config)
-    # Devices asked for by name that are absent: their cases skip, and the run must not pass.
-    config._opconform_absent = {d: absent_reason(d) for d in config._opconform_devices if absent_reason(d)}
-    if not config.getoption("device"):
-        config._opconform_absent = {}
-    config.stash[rerun.OPTIONS] = rerun.rerun_options(
-        backend_modules=config.getoption("backend_module"),
-        expectations=config.getoption("opconform_expectations"),
-        profile=settings._current_profile,
-        seed=config.getoption("hypothesis_seed", None),
-        timeout=config.getoption("opconform_timeout"),
-    )
+    if activation.requested(config):
+        activate(config)
+
+
+def activate(config) -> None:
+    """Select backends and devices, load the spec, manifests and default profile, start the
+    recorder: once, when an opconform option is given or the suite is first collected."""
+    if state(config) is not None:
+        return
+    activation.check_not_shadowed()
+    profile = profiles.for_suite(config.getoption("hypothesis_profile", None))
+    if profile != config.getoption("hypothesis_profile", None):
+        # Loaded before the suite's modules are imported, so @settings there inherit it.
+        settings.load_profile(profile)
+    run = activation.State(_select_backends(config), _select_devices(config), profile=profile)
+    if config.getoption("device"):  # devices asked for by name that are absent: the run must not pass
+        run.absent = {d: absent_reason(d) for d in run.devices if absent_reason(d)}
     try:
-        config._opconform_clauses = spec_index.load_clauses()
+        run.clauses = spec_index.load_clauses()
         builtin = manifests.builtin_manifest_dir()
         paths = [*([builtin] if builtin else []), *config.getoption("opconform_expectations")]
         # A path given twice (the built-in directory passed explicitly) is loaded once.
         unique = list(dict.fromkeys(str(Path(p).resolve()) for p in paths))
-        config._opconform_expectations = manifests.load_manifests(
-            unique, known_clauses=config._opconform_clauses
-        )
+        run.expectations = manifests.load_manifests(unique, known_clauses=run.clauses)
     except (OSError, ValueError) as exc:  # a missing spec, a bad spec or a bad manifest
         raise pytest.UsageError(str(exc)) from exc
+    config.stash[rerun.OPTIONS] = rerun.rerun_options(
+        backend_modules=config.getoption("backend_module"),
+        expectations=config.getoption("opconform_expectations"),
+        profile=profile,
+        seed=config.getoption("hypothesis_seed", None),
+        timeout=config.getoption("opconform_timeout"),
+    )
+    config.stash[activation.STATE] = run
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(recorder.ResultsRecorder(config), "opconform-results")
 
 
+def pytest_collectstart(collector):
+    """Collecting one of the suite's modules activates the plugin before the module is imported."""
+    if isinstance(collector, pytest.Module) and activation.is_suite_module(collector.path):
+        activate(collector.config)
+
+
+def _is_suite_test(metafunc) -> bool:
+    """A property of the suite, or a test marked like one; never a user's own ``backend`` argument."""
+    if activation.is_suite_module(metafunc.definition.path):
+        return True
+    return any(metafunc.definition.get_closest_marker(mark) for mark in ("clause", "op"))
+
+
 def pytest_collection_modifyitems(config, items):
-    if not config.getoption("focus_declared_clauses"):
+    if state(config) is None or not config.getoption("focus_declared_clauses"):
         return
     kept, dropped = [], []
     for item in items:
@@ -253,10 +238,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_generate_tests(metafunc):
-    if "backend" not in metafunc.fixturenames:
+    if "backend" not in metafunc.fixturenames or not _is_suite_test(metafunc):
         return
     config = metafunc.config
-    pairs = [(b, as_device(d)) for b in config._opconform_backends for d in config._opconform_devices]
+    activate(config)
+    run = state(config)
+    pairs = [(b, as_device(d)) for b in run.backends for d in run.devices]
     argnames = ["backend", "device"] if "device" in metafunc.fixturenames else ["backend"]
     values = [pair if len(argnames) == 2 else pair[:1] for pair in pairs]
     ids = [f"{b.name}-{d.type}" if len(argnames) == 2 else b.name for b, d in pairs]
@@ -267,7 +254,7 @@ def pytest_generate_tests(metafunc):
 
 def absent_message(config) -> str | None:
     """The one line saying which requested devices are absent, or None."""
-    absent = getattr(config, "_opconform_absent", {})
+    absent = getattr(state(config), "absent", None)
     if not absent:
         return None
     return "requested device(s) absent: " + "; ".join(f"{d} ({why})" for d, why in absent.items())
@@ -288,14 +275,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 @pytest.hookimpl(wrapper=True)
 def pytest_pycollect_makeitem(collector, name, obj):
     """A test that names a clause missing from spec/*.md, or an op missing from the op table
-    (``backends.OPS``), is a collection error."""
+    (``backends.OPS``), is a collection error (while the plugin is active)."""
     result = yield
+    run = state(collector.config)
+    if run is None:
+        return result
+    ops = _registry().OPS
     items = result if isinstance(result, list) else [result] if result is not None else []
-    known = collector.config._opconform_clauses
     for item in items:
         if not isinstance(item, pytest.Item):
             continue
-        unknown = [c for mark in item.iter_markers("clause") for c in mark.args if c not in known]
+        unknown = [c for mark in item.iter_markers("clause") for c in mark.args if c not in run.clauses]
         if unknown:
             raise collector.CollectError(
                 f"{item.nodeid}: @pytest.mark.clause names unknown clause(s) {unknown}: "
@@ -303,11 +293,11 @@ def pytest_pycollect_makeitem(collector, name, obj):
             )
         # An op mark names exactly one op of the table; a typo would make it "not implemented" everywhere.
         marks = [m.args for m in item.iter_markers("op")]
-        bad_ops = [args for args in marks if len(args) != 1 or args[0] not in registry.OPS]
+        bad_ops = [args for args in marks if len(args) != 1 or args[0] not in ops]
         if bad_ops:
             raise collector.CollectError(
                 f"{item.nodeid}: @pytest.mark.op names unknown op(s) {bad_ops}; "
-                f"known ops (backends.OPS): {sorted(registry.OPS)}"
+                f"known ops (backends.OPS): {sorted(ops)}"
             )
     return result
 
@@ -340,12 +330,16 @@ def pytest_runtest_call(item):
 def pytest_runtest_makereport(item, call):
     """Attach failure facts and apply the expectations manifests to the call report."""
     report = yield
+    if state(item.config) is None:
+        return report
     if call.when == "call" and not report.skipped and recorder.INFO in dict(item.user_properties):
         recorder.record_call(item, call, report)
     return report
 
 
 def pytest_runtest_setup(item):
+    if state(item.config) is None:
+        return
     params = getattr(getattr(item, "callspec", None), "params", {})
     backend, device = params.get("backend"), params.get("device")
     if backend is not None or item.get_closest_marker("clause"):
@@ -367,6 +361,6 @@ def pytest_runtest_setup(item):
             pytest.skip(f"backend {backend.name!r} unavailable on {device.type}: {reason}")
     op_mark = item.get_closest_marker("op")
     if op_mark:
-        reason = registry.not_implemented_reason(backend, op_mark.args[0])
+        reason = _registry().not_implemented_reason(backend, op_mark.args[0])
         if reason:
             pytest.skip(reason)

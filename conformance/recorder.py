@@ -18,6 +18,7 @@ import torch
 
 from conformance import checks, rerun, results
 from conformance import expectations as manifests
+from conformance.activation import state
 from conformance.results import Case, ExpectationVerdict, Failure, Outcome
 
 INFO = "opconform"  # user_properties key: the case's backend, device, op, clauses, dtype
@@ -33,7 +34,7 @@ def dtype_name(dtype) -> str | None:
 def matching(config, nodeid: str, info: dict, *verdicts: str) -> list:
     return [
         entry
-        for entry in config._opconform_expectations
+        for entry in state(config).expectations
         if entry.matches(
             nodeid=nodeid,
             backend=info["backend"],
@@ -144,6 +145,7 @@ class ResultsRecorder:
 
     def __init__(self, config):
         self.config = config
+        self.run = state(config)  # registered once the plugin is active, so never None
         self.results: list[Case] = []
         self.started = time.time()
 
@@ -154,10 +156,8 @@ class ResultsRecorder:
         would have sent are lost with it)."""
         params = crashitem.rpartition("[")[2]
         info = {"backend": None, "device": None, "op": None, "clauses": [], "dtype": None, "expectations": []}
-        for backend in sorted((b.name for b in self.config._opconform_backends), key=len, reverse=True):
-            device = next(
-                (d for d in self.config._opconform_devices if params.startswith(f"{backend}-{d}")), None
-            )
+        for backend in sorted((b.name for b in self.run.backends), key=len, reverse=True):
+            device = next((d for d in self.run.devices if params.startswith(f"{backend}-{d}")), None)
             if device:
                 info.update(backend=backend, device=device)
                 break
@@ -214,13 +214,13 @@ class ResultsRecorder:
                 matched.setdefault(entry_id, [])
             if case.expectation:
                 matched.setdefault(case.expectation.id, []).append(case.expectation.verdict)
-        backends = {b.name for b in self.config._opconform_backends}
-        devices = set(self.config._opconform_devices)
+        backends = {b.name for b in self.run.backends}
+        devices = set(self.run.devices)
         status = []
-        for entry in self.config._opconform_expectations:
+        for entry in self.run.expectations:
             data = entry.as_dict()
             verdicts = matched.get(entry.id)
-            absent = entry.device in self.config._opconform_absent
+            absent = entry.device in self.run.absent
             if entry.backend not in self.known_backends(backends):
                 data["status"] = "unknown backend"
             elif entry.backend not in backends or (entry.device and (entry.device not in devices or absent)):
@@ -251,7 +251,7 @@ class ResultsRecorder:
         entries whose backend names no known backend (a typo would otherwise never apply)."""
         lines = [
             f"requested device {device} is absent ({why}): its cases were skipped"
-            for device, why in self.config._opconform_absent.items()
+            for device, why in self.run.absent.items()
         ]
         unknown = {
             (e["backend"], e["id"].rsplit(":", 1)[0])
@@ -268,7 +268,7 @@ class ResultsRecorder:
         from hypothesis import __version__ as hypothesis_version
         from hypothesis import settings
 
-        clauses = self.config._opconform_clauses
+        clauses = self.run.clauses
         expectations = self.expectation_status()
         return results.Document(
             meta={
@@ -278,13 +278,13 @@ class ResultsRecorder:
                 "python": sys.version.split()[0],
                 "torch": torch.__version__,
                 "hypothesis": hypothesis_version,
-                "profile": settings._current_profile,
+                "profile": settings.get_current_profile_name(),
                 "args": list(self.config.invocation_params.args),
-                "absent_devices": dict(self.config._opconform_absent),
+                "absent_devices": dict(self.run.absent),
                 "warnings": self.warnings(expectations),
             },
-            backends=[b.name for b in self.config._opconform_backends],
-            devices=self.config._opconform_devices,
+            backends=[b.name for b in self.run.backends],
+            devices=self.run.devices,
             duration=round(time.time() - self.started, 3),
             exitstatus=int(exitstatus),
             clauses={c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()},

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance import results
+from conformance.profiles import SHORT_NAMES as SHORT_PROFILES
 from conformance.results import Outcome
 
 SCHEMA_VERSION = 1
@@ -51,6 +52,8 @@ def run_batch(module_name: str, *, profile: str, workdir: Path, extra: list[str]
     """One pytest process for one mutant module; returns its --opconform-json document."""
     module = importlib.import_module(module_name)
     report = workdir / f"{module_name}.json"
+    # The suite's profiles are registered as opconform-NAME; a short name means the suite's.
+    profile = f"opconform-{profile}" if profile in SHORT_PROFILES else profile
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
         "--pyargs", *module.PROPERTIES,
@@ -104,8 +107,8 @@ def false_alarm_sweep(seeds: int, *, workdir: Path, workers: str, extra: list[st
     for seed in range(seeds):
         report = workdir / f"seed-{seed}.json"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "conformance",
-                   "--hypothesis-profile=dev", f"--hypothesis-seed={seed}", f"--opconform-json={report}",
-                   "-n", workers, *extra]  # fmt: skip
+                   "--hypothesis-profile=opconform-dev", f"--hypothesis-seed={seed}",
+                   f"--opconform-json={report}", "-n", workers, *extra]  # fmt: skip
         started = time.monotonic()
         proc = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
         if not report.exists():

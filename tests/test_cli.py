@@ -51,7 +51,8 @@ def test_run_passes_options_and_pytest_args_through(tmp_path):
                  "-n", "2", "--", "-k", "geglu", "-x")  # fmt: skip
     command = run_command.pytest_command(args, tmp_path / "r.json")
     assert command[1:5] == ["-m", "pytest", "--pyargs", "conformance"]
-    expected = ["--backend=native", "--device=cpu", "--backend-module=m:B", "--hypothesis-profile=thorough"]
+    expected = ["--backend=native", "--device=cpu", "--backend-module=m:B",
+                "--hypothesis-profile=opconform-thorough"]  # fmt: skip
     assert set(expected + [f"--opconform-json={tmp_path / 'r.json'}"]) <= set(command)
     assert command[-5:] == ["-n", "2", "-k", "geglu", "-x"]
     assert "no:xdist" in run_command.pytest_command(_args(), tmp_path / "r.json")

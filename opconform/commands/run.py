@@ -14,7 +14,7 @@ from opconform import render, report
 from opconform.commands import help_for, writable_dir
 
 HELP = help_for("run")
-PROFILES = ("dev", "ci", "thorough")  # Hypothesis profiles
+PROFILES = ("dev", "ci", "thorough")  # the suite's Hypothesis profiles, registered as opconform-NAME
 EXIT_DEVICE_ABSENT = 3  # a device named with --device is absent (README, exit statuses)
 EXIT_INCOMPLETE = 4  # pytest crashed or was interrupted: no report, or a run that did not complete
 PYTEST_USAGE_ERROR = 4
@@ -72,7 +72,7 @@ def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
     if args.timeout:
         command.append(f"--opconform-timeout={args.timeout:g}")
     if args.profile:
-        command.append(f"--hypothesis-profile={args.profile}")
+        command.append(f"--hypothesis-profile=opconform-{args.profile}")
     if args.workers is not None:
         command += ["-n", str(args.workers)]
     else:

@@ -1,0 +1,94 @@
+"""The suite's Hypothesis profiles, registered under ``opconform-*`` names and loaded only for the suite.
+
+Registering a profile changes nothing for other suites in the environment; loading one would, so
+the plugin loads ``opconform-ci`` (when CI is set) or ``opconform-dev`` only when it is active and
+no ``--hypothesis-profile`` was given. The short names (``ci``, ``dev``...) are accepted on the
+opconform side: ``opconform run --profile ci``, and ``--hypothesis-profile=ci`` in a run of the
+suite (``for_suite``); in any other run ``ci`` stays whatever Hypothesis or the project made it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.errors import InvalidArgument
+
+PREFIX = "opconform-"
+SHORT_NAMES = ("dev", "ci", "thorough", "debug", "ci-noshrink", "ci-shared")
+
+# derandomize makes a serial run and `-n auto` draw identical examples. The parent is explicit:
+# without it a profile inherits whatever is loaded at import (Hypothesis's own "ci" when CI is set).
+_BASE = dict(
+    parent=settings.get_profile("default"),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(f"{PREFIX}dev", max_examples=30, print_blob=True, **_BASE)
+settings.register_profile(
+    f"{PREFIX}ci", max_examples=30, derandomize=True, print_blob=True, database=None, **_BASE
+)
+settings.register_profile(f"{PREFIX}thorough", max_examples=300, print_blob=True, **_BASE)
+settings.register_profile(
+    f"{PREFIX}debug", max_examples=10, verbosity=Verbosity.verbose, print_blob=True, **_BASE
+)
+# "ci" without the shrink phase: the same examples, so the same verdicts, minus the minimal
+# example. For runs that only need to know whether (and by which clause) a backend fails, such
+# as the mutant kill matrix.
+settings.register_profile(
+    f"{PREFIX}ci-noshrink",
+    parent=settings.get_profile(f"{PREFIX}ci"),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
+
+
+def _register_shared_profile() -> None:
+    """ "opconform-ci-shared": the ci settings, randomized, replaying examples other CI jobs found.
+
+    Enabled by OPCONFORM_SHARED_DB=OWNER/REPO: the local example database is multiplexed with a
+    read-only view of the GitHub artifact ``hypothesis-example-db`` (needs GITHUB_TOKEN), so a
+    counterexample found on one device's runner is replayed on the others (README, CI section).
+    """
+    target = os.environ.get("OPCONFORM_SHARED_DB")
+    if not target:
+        return
+    from hypothesis.database import (
+        DirectoryBasedExampleDatabase,
+        GitHubArtifactDatabase,
+        MultiplexedDatabase,
+        ReadOnlyDatabase,
+    )
+
+    owner, _, repo = target.partition("/")
+    if not owner or not repo:
+        raise ValueError(f"OPCONFORM_SHARED_DB must look like OWNER/REPO, got {target!r}")
+    shared = ReadOnlyDatabase(GitHubArtifactDatabase(owner, repo))
+    local = DirectoryBasedExampleDatabase(".hypothesis/examples")
+    settings.register_profile(
+        f"{PREFIX}ci-shared", parent=settings.get_profile(f"{PREFIX}ci"), derandomize=False,
+        database=MultiplexedDatabase(local, shared),
+    )  # fmt: skip
+
+
+_register_shared_profile()
+
+
+def registered(name: str) -> bool:
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        return False
+    return True
+
+
+def for_suite(name: str | None) -> str:
+    """The profile a run of the suite loads for ``--hypothesis-profile=name``: the suite's default
+    when none is given, ``opconform-NAME`` for a short name (Hypothesis itself registers a ``ci``)."""
+    if name is None:
+        return f"{PREFIX}ci" if os.environ.get("CI") else f"{PREFIX}dev"
+    return PREFIX + name if name in SHORT_NAMES and registered(PREFIX + name) else name
+
+
+def known() -> list[str]:
+    """The suite's registered profiles (Hypothesis has no public list of every profile)."""
+    return [PREFIX + n for n in SHORT_NAMES if registered(PREFIX + n)]

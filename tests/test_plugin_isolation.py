@@ -1,0 +1,167 @@
+"""The plugin changes nothing in a pytest run that does not use the suite (issue 12).
+
+Installing opconform registers its plugin for every pytest run in the environment; an unrelated
+project with its own ``backend`` fixture, its own ``backends`` package and its own Hypothesis
+settings must run exactly as without it, and a run of the suite that such a project's
+``backends`` shadows must stop with one line naming the shadowing package.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+
+import pytest
+from suite_runner import REPO
+
+# The plugin as a user's environment has it: from the pytest11 entry point when installed.
+INSTALLED = any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
+WITH_PLUGIN = [] if INSTALLED else ["-p", "conformance.plugin"]
+WITHOUT_PLUGIN = ["-p", "no:opconform"] if INSTALLED else []
+
+CONFTEST = """
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--flavour", default="plain")
+
+
+@pytest.fixture(params=["fast", "slow"])
+def backend(request):
+    return request.param
+"""
+
+TESTS = """
+from datetime import timedelta
+
+import backends
+from hypothesis import given, settings, strategies as st
+
+
+def test_own_backend_fixture(backend, request):
+    assert backend in ("fast", "slow") and backends.NAME == "mine"
+    assert request.config.getoption("flavour") == "plain"
+
+
+def test_hypothesis_defaults_untouched():
+    assert settings.get_current_profile_name() == "default"
+    assert settings().max_examples == 100 and settings().deadline == timedelta(milliseconds=200)
+
+
+@given(st.integers())
+def test_given_runs(x):
+    assert isinstance(x, int)
+"""
+
+
+@pytest.fixture
+def project(tmp_path):
+    """An unrelated project: its own ``backend`` fixture, ``backends`` package, Hypothesis tests."""
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "backends" / "__init__.py").write_text('NAME = "mine"\n')
+    (tmp_path / "test_project.py").write_text(textwrap.dedent(TESTS))
+    return tmp_path
+
+
+def pytest_in(folder, *args) -> subprocess.CompletedProcess:
+    """``python -m pytest ARGS`` in ``folder``, as a user there runs it: the folder first on
+    sys.path (so its ``backends`` shadows opconform's), this checkout's packages after it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "HYPOTHESIS_PROFILE", "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+               "-p", "no:randomly", *args]  # fmt: skip
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+def counts(proc) -> dict[str, int]:
+    """pytest's summary line as {outcome: count}."""
+    line = proc.stdout.strip().splitlines()[-1]
+    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", line)}
+
+
+def test_unrelated_project_runs_unchanged(project):
+    """Its `backend` fixture was parametrized twice ("duplicate parametrization"), its Hypothesis
+    defaults became the dev profile's, and its `backends` package an INTERNALERROR."""
+    with_plugin = pytest_in(project, *WITH_PLUGIN, "-v", "--trace-config")
+    without = pytest_in(project, *WITHOUT_PLUGIN, "-v", "--trace-config")
+    assert with_plugin.returncode == 0, with_plugin.stdout + with_plugin.stderr
+    assert without.returncode == 0, without.stdout + without.stderr
+    assert counts(with_plugin) == counts(without) == {"passed": 4}
+    # This checkout's plugin was loaded in one run and not in the other.
+    plugin_file = str(REPO / "conformance" / "plugin.py")
+    assert plugin_file in with_plugin.stdout and plugin_file not in without.stdout, with_plugin.stdout
+
+
+def test_suite_under_a_shadowing_backends_is_a_one_line_usage_error(project):
+    """The suite asked for while the project's `backends` shadows opconform's: exit 4 naming it."""
+    proc = pytest_in(project, *WITH_PLUGIN, "--pyargs", "conformance.test_norms", "--backend", "native")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "shadows it" in line]
+    assert len(lines) == 1, proc.stderr
+    assert str(project / "backends" / "__init__.py") in lines[0] and "'backends'" in lines[0], lines
+    assert "INTERNALERROR" not in proc.stdout + proc.stderr
+
+
+def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path):
+    """In opconform's own environment (its `backends` importable, no shadowing), a test file outside
+    the suite that takes `backend` sees its own fixture and Hypothesis's default profile."""
+    (tmp_path / "test_plain.py").write_text(
+        textwrap.dedent("""
+        import sys
+
+        import pytest
+        from hypothesis import settings
+
+
+        @pytest.fixture
+        def backend():
+            return "own"
+
+
+        def test_plain(backend):
+            assert backend == "own"
+            assert settings.get_current_profile_name() == "default"
+            assert "backends" not in sys.modules and "reference" not in sys.modules
+        """)
+    )
+    proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--trace-config")
+    assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    assert "test_plain[" not in proc.stdout and str(REPO / "conformance" / "plugin.py") in proc.stdout
+
+
+def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path):
+    """In a run that asks for the suite (--backend native), a user's own test that takes an
+    argument named `backend` but is not marked clause/op keeps its own fixture."""
+    (tmp_path / "test_own.py").write_text(
+        textwrap.dedent("""
+        import pytest
+
+
+        @pytest.fixture
+        def backend():
+            return "own"
+
+
+        def test_own(backend):
+            assert backend == "own"
+        """)
+    )
+    proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--backend", "native")
+    assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    assert "test_own[" not in proc.stdout, proc.stdout
+
+
+def test_profiles_do_not_inherit_the_environments_profile():
+    """With CI set, Hypothesis loads its own "ci" (derandomized, 100 examples) at import; the
+    suite's dev profile registered then inherited its derandomize instead of Hypothesis's default."""
+    code = "import conformance.profiles, hypothesis; print(hypothesis.settings.get_profile('opconform-dev'))"
+    env = {**os.environ, "CI": "1", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "derandomize=False" in proc.stdout and "max_examples=30" in proc.stdout, proc.stdout
