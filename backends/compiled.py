@@ -122,8 +122,10 @@ def _situ_kernels():
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
-    """x as a detached 1-D tensor: no view whose base's rank varies reaches a kernel."""
-    return x.reshape(-1).detach()
+    """x as a detached 1-D tensor of at least 2 elements (a zero appended to a single one, its
+    result discarded): dynamo specializes size 1, and a view's base rank varies (recompiles)."""
+    flat = x.reshape(-1).detach()
+    return torch.cat([flat, flat.new_zeros(1)]) if flat.numel() == 1 else flat
 
 
 def _limit_tensor(limit: float | None, x: torch.Tensor) -> torch.Tensor:
@@ -252,7 +254,7 @@ class CompiledBackend:
         require_floating(x, "x")
         if x.numel() == 0:
             return getattr(native.BACKEND, op)(x)
-        return _gelu_variant_kernels()[op](_flat(x)).reshape(x.shape)
+        return _gelu_variant_kernels()[op](_flat(x))[: x.numel()].reshape(x.shape)
 
     def new_gelu(self, x: torch.Tensor) -> torch.Tensor:
         return self._gelu_variant("new_gelu", x)
@@ -267,12 +269,14 @@ class CompiledBackend:
         d = validate_gated_input(x)
         beta = require_positive_finite(beta, "beta")
         linear_beta = require_positive_finite_or_none(linear_beta, "linear_beta")
+        if x.numel() == 0:
+            return native.situ_and_mul(x, beta=beta, linear_beta=linear_beta)
         gate, up = (_flat(v) for v in _halves_1d(x, d))
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
         given = (beta,) if linear_beta is None else (beta, linear_beta)
         scalars = [torch.tensor(v, dtype=compute, device=x.device) for v in given]
         out = _situ_kernels()[len(scalars) - 1](gate, up, *scalars)
-        return out.reshape(*x.shape[:-1], d)
+        return out[: x.numel() // 2].reshape(*x.shape[:-1], d)
 
     # --- norms (spec/norms.md) ---------------------------------------------------------------
 
