@@ -25,7 +25,12 @@ from reference.activations import (
     validate_gated_input,
 )
 from reference.norms import validate_norm_args
-from reference.validation import require_choice, require_positive_finite, require_positive_finite_or_none
+from reference.validation import (
+    require_choice,
+    require_floating,
+    require_positive_finite,
+    require_positive_finite_or_none,
+)
 
 
 def _halves_1d(x: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,6 +72,60 @@ def _clamped_kernels():
         return gate * torch.sigmoid(alpha * gate) * (up + 1)
 
     return silu_clamped, swiglu_oai
+
+
+@functools.cache
+def _gelu_variant_kernels():
+    """ACT-GELU-VARIANTS, on x flattened to 1-D: float32 inside (float64 stays), one rounding."""
+    compile_ = functools.partial(torch.compile, dynamic=True)
+
+    def widened(x):
+        return x if x.dtype == torch.float64 else x.float()
+
+    @compile_
+    def new_gelu(x):
+        return F.gelu(widened(x), approximate="tanh").to(x.dtype)
+
+    @compile_
+    def fast_gelu(x):
+        v = widened(x)
+        return (0.5 * v * (1.0 + torch.tanh(0.7978845608 * v * (1.0 + 0.044715 * v * v)))).to(x.dtype)
+
+    @compile_
+    def quick_gelu(x):
+        v = widened(x)
+        return (v * torch.sigmoid(1.702 * v)).to(x.dtype)
+
+    return {"new_gelu": new_gelu, "fast_gelu": fast_gelu, "quick_gelu": quick_gelu}
+
+
+@functools.cache
+def _situ_kernels():
+    """ACT-SITU; beta and linear_beta travel as 0-dim tensors of the compute dtype (inputs, not
+    guards). linear_beta None is a kernel of its own (no soft-clip on up), not an infinite beta."""
+    compile_ = functools.partial(torch.compile, dynamic=True)
+
+    def activation(gate, beta):
+        gate = gate.to(beta.dtype)
+        return beta * torch.tanh(gate / beta) * torch.sigmoid(gate)
+
+    @compile_
+    def situ(gate, up, beta):
+        return (activation(gate, beta) * up.to(beta.dtype)).to(gate.dtype)
+
+    @compile_
+    def situ_linear(gate, up, beta, linear_beta):
+        up = up.to(beta.dtype)
+        return (activation(gate, beta) * (linear_beta * torch.tanh(up / linear_beta))).to(gate.dtype)
+
+    return situ, situ_linear
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """x as a detached 1-D tensor of at least 2 elements (a zero appended to a single one, its
+    result discarded): dynamo specializes size 1, and a view's base rank varies (recompiles)."""
+    flat = x.reshape(-1).detach()
+    return torch.cat([flat, flat.new_zeros(1)]) if flat.numel() == 1 else flat
 
 
 def _limit_tensor(limit: float | None, x: torch.Tensor) -> torch.Tensor:
@@ -189,6 +248,35 @@ class CompiledBackend:
 
     # ACT-LIMIT-CONFIG: config parsing, nothing to compile.
     swiglu_limit = staticmethod(swiglu_limit)
+
+    # ACT-GELU-VARIANTS: elementwise, on x flattened to 1-D (one graph per dtype, any shape).
+    def _gelu_variant(self, op: str, x: torch.Tensor) -> torch.Tensor:
+        require_floating(x, "x")
+        if x.numel() == 0:
+            return getattr(native.BACKEND, op)(x)
+        return _gelu_variant_kernels()[op](_flat(x))[: x.numel()].reshape(x.shape)
+
+    def new_gelu(self, x: torch.Tensor) -> torch.Tensor:
+        return self._gelu_variant("new_gelu", x)
+
+    def fast_gelu(self, x: torch.Tensor) -> torch.Tensor:
+        return self._gelu_variant("fast_gelu", x)
+
+    def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
+        return self._gelu_variant("quick_gelu", x)
+
+    def situ_and_mul(self, x: torch.Tensor, *, beta: float, linear_beta: float | None) -> torch.Tensor:
+        d = validate_gated_input(x)
+        beta = require_positive_finite(beta, "beta")
+        linear_beta = require_positive_finite_or_none(linear_beta, "linear_beta")
+        if x.numel() == 0:
+            return native.situ_and_mul(x, beta=beta, linear_beta=linear_beta)
+        gate, up = (_flat(v) for v in _halves_1d(x, d))
+        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+        given = (beta,) if linear_beta is None else (beta, linear_beta)
+        scalars = [torch.tensor(v, dtype=compute, device=x.device) for v in given]
+        out = _situ_kernels()[len(scalars) - 1](gate, up, *scalars)
+        return out[: x.numel() // 2].reshape(*x.shape[:-1], d)
 
     # --- norms (spec/norms.md) ---------------------------------------------------------------
 

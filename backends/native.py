@@ -136,6 +136,19 @@ class NativeBackend:
         v = x if x.dtype == torch.float64 else x.float()
         return (v * torch.sigmoid(1.702 * v)).to(x.dtype)
 
+    # --- SiTU (ACT-SITU): float32 inside (as the upstream SituAndMul), one rounding to x's dtype
+
+    @staticmethod
+    def situ_and_mul(x: torch.Tensor, *, beta: float, linear_beta: float | None) -> torch.Tensor:
+        d = validate_gated_input(x)
+        beta = require_positive_finite(beta, "beta")
+        linear_beta = require_positive_finite_or_none(linear_beta, "linear_beta")
+        v = x if x.dtype == torch.float64 else x.float()
+        gate, up = v[..., :d], v[..., d:]
+        if linear_beta is not None:
+            up = linear_beta * torch.tanh(up / linear_beta)
+        return (beta * torch.tanh(gate / beta) * torch.sigmoid(gate) * up).to(x.dtype)
+
     # --- masks and attention (spec/masks.md, spec/attention.md) ------------------------------
 
     @staticmethod
@@ -233,6 +246,7 @@ silu_and_mul = NativeBackend.silu_and_mul
 swiglu_step_and_mul = NativeBackend.swiglu_step_and_mul
 silu_clamped_and_mul = NativeBackend.silu_clamped_and_mul
 swiglu_oai_and_mul = NativeBackend.swiglu_oai_and_mul
+situ_and_mul = NativeBackend.situ_and_mul
 encoder_attention_mask = NativeBackend.encoder_attention_mask
 swa_decode_mask = NativeBackend.swa_decode_mask
 attention = NativeBackend.attention

@@ -106,6 +106,8 @@ class AscendBackend:
     # ACT-SILU-CLAMPED / ACT-SWIGLU-OAI: no CANN op is known for them (spec/activations.md, Sources).
     silu_clamped_and_mul = NotImplementedOp("no CANN op is known for the clamp-before-SiLU SwiGLU")
     swiglu_oai_and_mul = NotImplementedOp("no CANN op is known for the gpt-oss SwiGLU (alpha, +1)")
+    # ACT-SITU: no CANN op is documented for the Kimi-K3 SiTU (spec/activations.md, Sources).
+    situ_and_mul = NotImplementedOp("no CANN op is documented for SiTU (the tanh soft-clips)")
 
     # --- masks and attention on FIA (spec/masks.md, spec/attention.md) ---------------------
     # Masks are bool; FIA's polarity is True = masked.

@@ -56,6 +56,9 @@ class ActivationOps(Protocol):
 
     def quick_gelu(self, x: torch.Tensor) -> torch.Tensor: ...
 
+    # SiTU, the Kimi-K3 soft-clipped SwiGLU (ACT-SITU).
+    def situ_and_mul(self, x: torch.Tensor, *, beta: float, linear_beta: float | None) -> torch.Tensor: ...
+
 
 class MaskOps(Protocol):
     """spec/masks.md (reference/masks.py): boolean masks and the window converters."""
@@ -153,6 +156,7 @@ OPS: dict[str, str] = {
     "new_gelu": "activations",
     "fast_gelu": "activations",
     "quick_gelu": "activations",
+    "situ_and_mul": "activations",
     "encoder_attention_mask": "masks",
     "swa_decode_mask": "masks",
     "flash_attention_window": "masks",

@@ -138,6 +138,29 @@ ACTIVATION_ERRORS += [
     ),
 ]
 
+# ACT-ERRORS for SiTU (ACT-SITU): beta a finite number > 0, linear_beta None or one.
+_SITU = {"beta": 4.0, "linear_beta": 25.0}
+ACTIVATION_ERRORS += [
+    _activation("situ_and_mul", "odd-last-dim", _gated((2, 7), **_SITU), ValueError, "x"),
+    _activation("situ_and_mul", "integer-dtype", _gated((2, 4), torch.int64, **_SITU), TypeError, "x"),
+    *(
+        _activation(
+            "situ_and_mul", f"beta-{label}", _gated((2, 4), **{**_SITU, "beta": v}), ValueError, "beta"
+        )
+        for label, v in (("zero", 0.0), ("negative", -4.0), ("inf", float("inf")), ("none", None))
+    ),
+    *(
+        _activation(
+            "situ_and_mul",
+            f"linear-beta-{label}",
+            _gated((2, 4), **{**_SITU, "linear_beta": v}),
+            ValueError,
+            "linear_beta",
+        )
+        for label, v in (("zero", 0.0), ("negative", -25.0), ("nan", float("nan")))
+    ),
+]
+
 
 # MASK-ERRORS -----------------------------------------------------------------------------------
 

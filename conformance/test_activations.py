@@ -14,12 +14,16 @@ from hypothesis import strategies as st
 from conformance.checks import assert_close, check, describe
 from conformance.error_cases import ACTIVATION_ERRORS, check_backend_raises, params
 from conformance.strategies.activations import (
+    OAI_ALPHAS,
     SILU_MINIMUM,
     clamp_limits,
     gated_inputs,
+    oai_limits,
+    situ_betas,
+    situ_linear_betas,
     small_limits,
 )
-from conformance.tolerances import swiglu_step_bound, up_scale
+from conformance.tolerances import oai_up_scale, situ_up_scale, swiglu_step_bound, up_scale
 from reference import activations as oracle
 
 FAMILY = "activations"
@@ -27,20 +31,41 @@ MODES = oracle.APPROXIMATE_MODES
 
 
 def _option_strategy(op: str):
-    """The keyword options of each gated op."""
+    """The keyword options of each op."""
     if op == "gelu_and_mul":
         return st.fixed_dictionaries({"approximate": st.sampled_from(MODES)})
-    if op == "swiglu_step_and_mul":
+    if op in ("swiglu_step_and_mul", "silu_clamped_and_mul"):
         return st.fixed_dictionaries({"limit": st.one_of(st.none(), clamp_limits())})
+    if op == "swiglu_oai_and_mul":
+        options = {"alpha": st.sampled_from(OAI_ALPHAS), "limit": oai_limits(), "interleaved": st.booleans()}
+        return st.fixed_dictionaries(options)
+    if op == "situ_and_mul":
+        return st.fixed_dictionaries({"beta": situ_betas(), "linear_beta": situ_linear_betas()})
     return st.just({})
+
+
+# ACT-GELU-VARIANTS: elementwise ops, whose output has x's shape.
+ELEMENTWISE = ("new_gelu", "fast_gelu", "quick_gelu")
+
+
+def _atol_scale(op: str, x: torch.Tensor, options: dict):
+    """ACT-TOL's scaling for op (none for the elementwise ops: nothing multiplies them)."""
+    if op in ELEMENTWISE:
+        return None
+    if op == "swiglu_oai_and_mul":
+        return oai_up_scale(x, **options)
+    if op == "situ_and_mul":
+        return situ_up_scale(x, **options)
+    return up_scale(x, **options)
 
 
 # Layout, purity and NaN properties do not depend on size: small inputs keep them cheap.
 SMALL = 1 << 12
 
+GATED = ("gelu_and_mul", "silu_and_mul", "swiglu_step_and_mul", "silu_clamped_and_mul")
 GATED_OPS = [
     pytest.param(op, marks=pytest.mark.op(op), id=op)
-    for op in ("gelu_and_mul", "silu_and_mul", "swiglu_step_and_mul")
+    for op in (*GATED, "swiglu_oai_and_mul", "situ_and_mul", *ELEMENTWISE)
 ]
 
 
@@ -184,12 +209,12 @@ def test_swiglu_step_gate_clamp_is_one_sided(backend, device, recipe, limit):
 @pytest.mark.parametrize("op", GATED_OPS)
 @given(data=st.data(), recipe=gated_inputs(layouts=("strided", "transposed"), max_numel=SMALL))
 def test_gated_output_layout(backend, device, op, data, recipe):
-    """Output shape [..., d], input dtype and device; a strided view gives its contiguous copy's result."""
+    """Shape [..., d] (x's shape, elementwise), x's dtype and device; a view gives its copy's result."""
     options = data.draw(_option_strategy(op), label="options")
     x = recipe.make(device)
     out = getattr(backend, op)(x, **options)
     context = describe(backend, device, op, **options)
-    want_shape = (*x.shape[:-1], x.shape[-1] // 2)
+    want_shape = tuple(x.shape) if op in ELEMENTWISE else (*x.shape[:-1], x.shape[-1] // 2)
     check(
         tuple(out.shape) == want_shape and out.dtype == x.dtype and out.device == x.device,
         clause="ACT-LAYOUT",
@@ -202,7 +227,7 @@ def test_gated_output_layout(backend, device, op, data, recipe):
         from_copy.double(),
         clause="ACT-LAYOUT",
         family=FAMILY,
-        atol_scale=up_scale(x, **options),
+        atol_scale=_atol_scale(op, x, options),
         context=f"{context}: {recipe.layout} view vs its contiguous copy",
     )
 
@@ -227,7 +252,7 @@ def test_gated_input_not_modified(backend, device, op, data, recipe):
 @pytest.mark.parametrize("op", GATED_OPS)
 @given(data=st.data(), recipe=gated_inputs(max_numel=SMALL))
 def test_gated_nan_propagates(backend, device, op, data, recipe):
-    """A NaN in the gate or up half gives NaN at that output position; other positions are unaffected."""
+    """A NaN in x gives NaN at the output position it feeds; other positions are unaffected."""
     options = data.draw(_option_strategy(op), label="options")
     x = recipe.make("cpu")
     flat = data.draw(st.integers(0, x.numel() - 1), label="nan_position")
@@ -239,7 +264,7 @@ def test_gated_nan_propagates(backend, device, op, data, recipe):
         getattr(oracle, op)(x.cpu(), **options),
         clause="ACT-NAN",
         family=FAMILY,
-        atol_scale=up_scale(x, **options),
+        atol_scale=_atol_scale(op, x, options),
         context=describe(backend, device, op, **options) + f", NaN at flat input index {flat}",
     )
 

@@ -1,5 +1,6 @@
 """Conformance properties for spec/activations.md: the clamped look-alikes (clamp before the SiLU,
-the gpt-oss SwiGLU), their missing defaults, and the limit's selection from the model config.
+the gpt-oss SwiGLU, SiTU), their missing defaults, the limit's selection from the model config, and
+the GELU variants.
 
 Each test names its clauses with ``@pytest.mark.clause``; the backend/device pairs come from
 the opconform plugin.
@@ -16,13 +17,16 @@ from backends import not_implemented_reason
 from conformance.checks import assert_close, check, describe
 from conformance.strategies.activations import (
     OAI_ALPHAS,
+    SITU_SCALES,
     clamp_limits,
     gated_inputs,
     limit_configs,
     oai_limits,
+    situ_betas,
+    situ_linear_betas,
 )
 from conformance.strategies.common import seeds
-from conformance.tolerances import oai_up_scale, up_scale
+from conformance.tolerances import oai_up_scale, situ_bound, situ_up_scale, up_scale
 from reference import activations as oracle
 
 FAMILY = "activations"
@@ -256,4 +260,63 @@ def test_gelu_variant_matches_its_formula(backend, device, op, recipe):
         clause="ACT-GELU-VARIANTS",
         family=FAMILY,
         context=describe(backend, device, op),
+    )
+
+
+@pytest.mark.clause("ACT-SITU")
+@pytest.mark.op("situ_and_mul")
+@given(recipe=gated_inputs(scales=SITU_SCALES), beta=situ_betas(), linear_beta=situ_linear_betas())
+def test_situ_matches_oracle(backend, device, recipe, beta, linear_beta):
+    """beta tanh(gate / beta) sigmoid(gate) times linear_beta tanh(up / linear_beta) (up when None)."""
+    x = recipe.make(device)
+    options = {"beta": beta, "linear_beta": linear_beta}
+    assert_close(
+        backend.situ_and_mul(x, **options),
+        oracle.situ_and_mul(x.cpu(), **options),
+        clause="ACT-SITU",
+        family=FAMILY,
+        atol_scale=situ_up_scale(x, **options),
+        context=describe(backend, device, "situ_and_mul", **options),
+    )
+
+
+@pytest.mark.clause("ACT-SITU-BOUND")
+@pytest.mark.op("situ_and_mul")
+@given(
+    recipe=gated_inputs(scales=(10.0, 20.0), max_numel=1 << 12),
+    beta=situ_betas(),
+    linear_beta=clamp_limits(low=1.0, high=40.0),
+)
+def test_situ_is_bounded(backend, device, recipe, beta, linear_beta):
+    """With linear_beta set, every output lies within beta * linear_beta (up to one rounding)."""
+    x = recipe.make(device)
+    out = backend.situ_and_mul(x, beta=beta, linear_beta=linear_beta)
+    bound = situ_bound(beta, linear_beta, x.dtype)
+    worst = out.detach().double().abs().max().item()
+    check(
+        worst <= bound,
+        clause="ACT-SITU-BOUND",
+        message=f"{describe(backend, device, 'situ_and_mul', beta=beta, linear_beta=linear_beta)}: "
+        f"max |out| = {worst!r} exceeds beta * linear_beta = {beta * linear_beta!r} (bound {bound!r})",
+    )
+
+
+@pytest.mark.clause("ACT-CLAMP-NO-DEFAULT")
+@pytest.mark.op("situ_and_mul")
+@pytest.mark.parametrize("given_options", [{"linear_beta": 25.0}, {"beta": 4.0}, {}], ids=str)
+def test_situ_requires_beta_and_linear_beta(backend, device, given_options):
+    """situ_and_mul without beta or without linear_beta raises TypeError: neither has a default."""
+    x = torch.ones(2, 4, device=device)
+    try:
+        backend.situ_and_mul(x, **given_options)
+    except TypeError:
+        return
+    except Exception as error:  # noqa: BLE001 - any other outcome breaks the clause
+        outcome = f"raised {type(error).__name__}: {error}"
+    else:
+        outcome = "returned a result (a default was applied)"
+    check(
+        False,
+        clause="ACT-CLAMP-NO-DEFAULT",
+        message=f"backend {backend.name!r}: situ_and_mul(x, **{given_options}) {outcome}",
     )

@@ -107,6 +107,22 @@ def oai_up_scale(x: torch.Tensor, *, limit: float | None, interleaved: bool, **_
     return (up + 1).abs().clamp_min(1.0)
 
 
+def situ_up_scale(x: torch.Tensor, *, linear_beta: float | None, **_options) -> torch.Tensor:
+    """ACT-TOL for ACT-SITU: the activation is multiplied by the soft-clipped up, so the atol scales
+    with max(1, |linear_beta tanh(up / linear_beta)|) (|up| when linear_beta is None)."""
+    up = x[..., x.shape[-1] // 2 :].detach().cpu().double()
+    if linear_beta is not None:
+        up = linear_beta * torch.tanh(up / linear_beta)
+    return up.abs().clamp_min(1.0)
+
+
+def situ_bound(beta: float, linear_beta: float, dtype: torch.dtype) -> float:
+    """ACT-SITU-BOUND: beta * linear_beta up to one rounding of the output (the activations row's
+    rtol and atol): in float32, tanh and sigmoid round to exactly 1 for large inputs."""
+    tol = tolerance("activations", dtype)
+    return beta * linear_beta * (1 + tol.rtol) + tol.atol
+
+
 def value_scale(v: torch.Tensor, q_heads: int, valid_keys: torch.Tensor | None = None) -> torch.Tensor:
     """ATTN-TOL: max(1, max |v|) per (batch, kv head) over the keys in the sequence, per query head."""
     v = v.detach().cpu().double().abs()
@@ -150,4 +166,13 @@ def dpm_atol_scale(dtype: torch.dtype, coefficients, magnitudes) -> torch.Tensor
 
 
 # Every scaling rule above, by name: spec/tolerances.md documents each (tests/test_tolerances.py).
-SCALING_RULES = (up_scale, swiglu_step_bound, oai_up_scale, value_scale, conversion_magnitude, dpm_atol_scale)
+SCALING_RULES = (
+    up_scale,
+    swiglu_step_bound,
+    oai_up_scale,
+    situ_up_scale,
+    situ_bound,
+    value_scale,
+    conversion_magnitude,
+    dpm_atol_scale,
+)

@@ -1,5 +1,5 @@
-"""Activation mutants for the clamped look-alikes and the limit's selection (spec/activations.md:
-ACT-SILU-CLAMPED, ACT-CLAMP-ORDER, ACT-SWIGLU-OAI, ACT-CLAMP-NO-DEFAULT, ACT-LIMIT-CONFIG).
+"""Activation mutants for the clamped look-alikes, SiTU and the limit's selection (spec/activations.md:
+ACT-SILU-CLAMPED, ACT-CLAMP-ORDER, ACT-SWIGLU-OAI, ACT-SITU, ACT-CLAMP-NO-DEFAULT, ACT-LIMIT-CONFIG).
 
 Part of the ``activations`` family: ``mutants/activations.py`` lists them in its ``BACKENDS``.
 """
@@ -199,3 +199,70 @@ class QuickGeluAsTanhGelu(NativeBackend):
 
 
 BACKENDS.append(QuickGeluAsTanhGelu())
+
+
+class _SituMutant(NativeBackend):
+    """Validation as in the contract, float32 inside; ``situ(gate, up, beta, linear_beta)`` decides."""
+
+    def situ(self, gate, up, beta, linear_beta):
+        if linear_beta is not None:
+            up = linear_beta * torch.tanh(up / linear_beta)
+        return beta * torch.tanh(gate / beta) * torch.sigmoid(gate) * up
+
+    def situ_and_mul(self, x, *, beta, linear_beta):
+        d = validate_gated_input(x)
+        beta = require_positive_finite(beta, "beta")
+        linear_beta = require_positive_finite_or_none(linear_beta, "linear_beta")
+        v = x if x.dtype == torch.float64 else x.float()
+        return self.situ(v[..., :d], v[..., d:], beta, linear_beta).to(x.dtype)
+
+
+class SituClipOnSiluOutput(_SituMutant):
+    """The soft-clip applied to SiLU's output: beta tanh(silu(gate) / beta) instead of
+    beta tanh(gate / beta) sigmoid(gate).
+
+    Origin: SiTU read as "a soft-capped SiLU" and built from an existing SiLU kernel's output,
+    the way logit soft-capping wraps a finished value.
+    Caught by: ACT-SITU.
+    """
+
+    name = "situ-clip-on-silu-output"
+    clauses = {"ACT-SITU"}
+
+    def situ(self, gate, up, beta, linear_beta):
+        if linear_beta is not None:
+            up = linear_beta * torch.tanh(up / linear_beta)
+        return beta * torch.tanh(F.silu(gate) / beta) * up
+
+
+class SituLinearBetaIgnored(_SituMutant):
+    """linear_beta accepted but not applied: the up half is not soft-clipped.
+
+    Origin: a SiTU kernel written for the gate activation alone (the SwiGLU kernels' shape,
+    where up passes through), with linear_beta plumbed but unused.
+    Caught by: ACT-SITU, ACT-SITU-BOUND.
+    """
+
+    name = "situ-linear-beta-ignored"
+    clauses = {"ACT-SITU", "ACT-SITU-BOUND"}
+
+    def situ(self, gate, up, beta, linear_beta):
+        return super().situ(gate, up, beta, None)
+
+
+class SituDefaultBetas(_SituMutant):
+    """beta and linear_beta default to Kimi-K3's 4.0 and 25.0 when the caller omits them.
+
+    Origin: upstream SiTU references declare ``beta=4.0, linear_beta=25.0`` as keyword defaults,
+    so a model whose config sets other values silently runs with Kimi-K3's.
+    Caught by: ACT-CLAMP-NO-DEFAULT.
+    """
+
+    name = "situ-default-betas"
+    clauses = {"ACT-CLAMP-NO-DEFAULT"}
+
+    def situ_and_mul(self, x, *, beta=4.0, linear_beta=25.0):
+        return super().situ_and_mul(x, beta=beta, linear_beta=linear_beta)
+
+
+BACKENDS += [SituClipOnSiluOutput(), SituLinearBetaIgnored(), SituDefaultBetas()]

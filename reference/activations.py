@@ -36,6 +36,7 @@ __all__ = [
     "new_gelu",
     "fast_gelu",
     "quick_gelu",
+    "situ_and_mul",
     "validate_gated_input",
 ]
 
@@ -204,3 +205,21 @@ def quick_gelu(x: torch.Tensor) -> torch.Tensor:
     require_floating(x, "x")
     x = x.detach().to(torch.float64)
     return x * torch.sigmoid(1.702 * x)
+
+
+# --- SiTU, the Kimi-K3 soft-clipped SwiGLU (ACT-SITU) ------------------------------------------------
+
+
+def situ_and_mul(x: torch.Tensor, *, beta: float, linear_beta: float | None) -> torch.Tensor:
+    """ACT-SITU: beta tanh(gate / beta) sigmoid(gate) * linear_beta tanh(up / linear_beta); no defaults.
+
+    The soft-clip is on the gate, before the sigmoid product; linear_beta=None: up is not soft-clipped.
+    """
+    d = validate_gated_input(x)
+    beta = require_positive_finite(beta, "beta")
+    linear_beta = require_positive_finite_or_none(linear_beta, "linear_beta")
+    x = x.detach().to(torch.float64)
+    gate, up = x[..., :d], x[..., d:]
+    if linear_beta is not None:
+        up = linear_beta * torch.tanh(up / linear_beta)
+    return beta * torch.tanh(gate / beta) * torch.sigmoid(gate) * up

@@ -49,3 +49,25 @@ def test_norms_compile_once_per_dtype():
         for dtype in dtypes:
             call_all(shape, dtype, 1e-6 * (i + 1))
     assert counters["stats"]["unique_graphs"] == before
+
+
+def test_gelu_variants_and_situ_compile_once_per_dtype():
+    """After one warm-up call per dtype (SiTU: with and without linear_beta), new shapes (one
+    element, one gate included), ranks and beta values add no compiled frame."""
+    from torch._dynamo.utils import counters
+
+    def call_all(shape, dtype, beta):
+        x = torch.randn(shape).to(dtype)
+        for op in ("new_gelu", "fast_gelu", "quick_gelu"):
+            getattr(BACKEND, op)(x)
+        for linear_beta in (None, 6.0 * beta):
+            BACKEND.situ_and_mul(x, beta=beta, linear_beta=linear_beta)
+
+    dtypes = (torch.float32, torch.bfloat16)
+    for dtype in dtypes:
+        call_all((3, 5, 8), dtype, 4.0)
+    before = counters["stats"]["unique_graphs"]
+    for i, shape in enumerate([(2, 6), (7, 4, 10), (2,), (1, 2), (5, 2048), (4, 4, 4, 4)]):
+        for dtype in dtypes:
+            call_all(shape, dtype, 0.5 + i)
+    assert counters["stats"]["unique_graphs"] == before

@@ -241,3 +241,43 @@ def test_gelu_variants_match_scalar_definitions(values):
     torch.testing.assert_close(oracle.new_gelu(x), tanh_gelu, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(oracle.fast_gelu(x), tanh_gelu, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(oracle.quick_gelu(x), quick, rtol=1e-12, atol=1e-12)
+
+
+def situ_scalar(gate: float, up: float, beta: float, linear_beta: float | None) -> float:
+    """ACT-SITU for one (gate, up) pair, written from the spec text with the math module."""
+    sigmoid = 1.0 / (1.0 + math.exp(-gate)) if gate > -700 else 0.0
+    u = up if linear_beta is None else linear_beta * math.tanh(up / linear_beta)
+    return beta * math.tanh(gate / beta) * sigmoid * u
+
+
+@given(
+    values=pairs,
+    beta=st.sampled_from((4.0, 0.5, 2.5)),
+    linear_beta=st.sampled_from((25.0, None, 1.5)),
+)
+def test_situ_matches_scalar_definition(values, beta, linear_beta):
+    """ACT-SITU: the oracle equals the per-element formula; |out| < beta * linear_beta (ACT-SITU-BOUND)."""
+    x = torch.tensor([g for g, _ in values] + [u for _, u in values], dtype=torch.float64)
+    want = torch.tensor([situ_scalar(g, u, beta, linear_beta) for g, u in values], dtype=torch.float64)
+    got = oracle.situ_and_mul(x, beta=beta, linear_beta=linear_beta)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    if linear_beta is not None:
+        assert got.abs().max().item() < beta * linear_beta
+
+
+def test_situ_clips_the_gate_not_silu_output():
+    """ACT-SITU: at gate 2, beta 4 the gate clip and the clip of silu's output differ by about 0.028."""
+    x = torch.tensor([2.0, 1.0], dtype=torch.float64)
+    gate_clip = 4.0 * math.tanh(0.5) / (1.0 + math.exp(-2.0))
+    silu_clip = 4.0 * math.tanh(2.0 / (1.0 + math.exp(-2.0)) / 4.0)
+    got = oracle.situ_and_mul(x, beta=4.0, linear_beta=None).item()
+    assert got == pytest.approx(gate_clip, rel=1e-14)
+    assert abs(got - silu_clip) > 0.02
+
+
+def test_situ_has_no_defaults():
+    """ACT-CLAMP-NO-DEFAULT: the oracle takes beta and linear_beta only as explicit keywords."""
+    with pytest.raises(TypeError):
+        oracle.situ_and_mul(torch.ones(4), beta=4.0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        oracle.situ_and_mul(torch.ones(4), linear_beta=25.0)  # type: ignore[call-arg]

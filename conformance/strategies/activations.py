@@ -145,3 +145,17 @@ def limit_configs(draw, *, layers: int = 8):
         if draw(st.sampled_from((True, True, True, False)), label=f"{key} present"):
             config[key] = draw(one_list(), label=key)
     return config, draw(st.integers(0, layers - 1), label="layer_idx")
+
+
+# ACT-SITU: Kimi-K3's beta 4.0 and linear_beta 25.0, or k/8 values (exact in float32, where the
+# field computes); wide inputs (scale up to 20, |x| to about 40 and beyond) reach both soft-clips.
+SITU_SCALES = (1.0, 3.0, 10.0, 20.0)
+
+
+def situ_betas():
+    return st.one_of(st.just(4.0), clamp_limits(low=0.5, high=8.0))
+
+
+def situ_linear_betas():
+    """25.0, None (no soft-clip on up), or k/8 values in [1, 40]."""
+    return st.one_of(st.just(25.0), st.none(), clamp_limits(low=1.0, high=40.0))
