@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from benchmarks.serving_inputs import serving_decode, serving_extend
+
 __all__ = ["CASES", "FAMILIES", "SHAPE_SETS", "Case", "Target", "cases", "get_case"]
 
 SHAPE_SETS = ("full", "quick")
@@ -144,57 +146,6 @@ def _decode(p, device, dtype):
     q, k, v = _qkv(p, device, dtype, 1)
     seq_lens = _seq_lens(p["batch"], p["seq_len"], device)
     return (q, k, v, seq_lens), {"sliding_window": p["window"], "scale": 1 / math.sqrt(p["head_dim"])}
-
-
-def _paged_cache(p, tables, device, dtype):
-    """Paged k/v caches of p["blocks"] blocks of p["block_size"] tokens, and the padded block table."""
-    shape = (p["blocks"], p["block_size"], p["kv_heads"])
-    k_cache = torch.randn(*shape, p["head_dim"], device=device, dtype=dtype)
-    v_cache = torch.randn(*shape, p.get("v_head_dim", p["head_dim"]), device=device, dtype=dtype)
-    width = max(len(t) for t in tables)
-    table = torch.tensor([t + [-1] * (width - len(t)) for t in tables], dtype=torch.int32, device=device)
-    return k_cache, v_cache, table
-
-
-def _serving_call(p, device, dtype, k_cache, v_cache, table, query_lens, lengths):
-    """paged_attention's arguments: packed queries (THD) of the given lengths, scale 1/sqrt(Dqk)."""
-    q = torch.randn(sum(query_lens), p["q_heads"], p["head_dim"], device=device, dtype=dtype)
-    starts = torch.tensor([0, *query_lens], dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
-    kwargs = {
-        "block_table": table,
-        "cu_seqlens_q": starts,
-        "seq_lens": torch.tensor(lengths, dtype=torch.int32, device=device),
-        "sliding_window": p["window"],
-        "softcap": None,
-        "sinks": None,
-        "scale": 1 / math.sqrt(p["head_dim"]),
-    }
-    return (q, k_cache, v_cache), kwargs
-
-
-def _serving_decode(p, device, dtype):
-    """One query per sequence; lengths spread over the pool, prefixes of one permuted block chain."""
-    generator = torch.Generator().manual_seed(1234)
-    pool = p["blocks"] * p["block_size"]
-    lengths = torch.randint(1, pool + 1, (p["batch"],), generator=generator).tolist()
-    lengths[0] = pool
-    chain = torch.randperm(p["blocks"], generator=generator).tolist()
-    tables = [chain[: -(-length // p["block_size"])] for length in lengths]
-    k_cache, v_cache, table = _paged_cache(p, tables, device, dtype)
-    return _serving_call(p, device, dtype, k_cache, v_cache, table, [1] * p["batch"], lengths)
-
-
-def _serving_extend(p, device, dtype):
-    """p["new"] queries per sequence over a p["prefix"]-token cached prefix, own blocks, permuted."""
-    generator = torch.Generator().manual_seed(1234)
-    length = p["prefix"] + p["new"]
-    per_sequence = -(-length // p["block_size"])
-    order = torch.randperm(p["batch"] * per_sequence, generator=generator).tolist()
-    tables = [order[b * per_sequence : (b + 1) * per_sequence] for b in range(p["batch"])]
-    p = {**p, "blocks": p["batch"] * per_sequence}
-    k_cache, v_cache, table = _paged_cache(p, tables, device, dtype)
-    batch = p["batch"]
-    return _serving_call(p, device, dtype, k_cache, v_cache, table, [p["new"]] * batch, [length] * batch)
 
 
 SANA_SCHEDULER_CONFIG = {"use_flow_sigmas": True, "prediction_type": "flow_prediction"}
@@ -394,7 +345,7 @@ CASES: tuple[Case, ...] = (
         "Serving decode: 64 sequences x 1 query over a 32k-token paged pool (256 blocks of 128), "
         "shared prefix blocks, Hq=32, Hkv=8, D=128",
         _SERVE_DECODE,
-        _serving_decode,
+        serving_decode,
         target=_SERVE_TARGET,
         quick_params={**_QUICK_SERVE, "batch": 4, "blocks": 16},
     ),
@@ -404,7 +355,7 @@ CASES: tuple[Case, ...] = (
         "serving",
         "Serving decode as above on a sliding layer, W=4096",
         {**_SERVE_DECODE, "window": 4096},
-        _serving_decode,
+        serving_decode,
         target=_SERVE_TARGET,
         quick_params={**_QUICK_SERVE, "batch": 4, "blocks": 16, "window": 8},
     ),
@@ -415,7 +366,7 @@ CASES: tuple[Case, ...] = (
         "Serving extend: 8 sequences x 2048 new tokens over 16k cached prefixes (L=18432), page 128, "
         "Hq=32, Hkv=8, D=128",
         _SERVE_EXTEND,
-        _serving_extend,
+        serving_extend,
         target=_SERVE_TARGET,
         quick_params={**_QUICK_SERVE, "batch": 2, "prefix": 16, "new": 8},
     ),
@@ -425,7 +376,7 @@ CASES: tuple[Case, ...] = (
         "serving",
         "Serving extend, MLA-like head dims Dqk=192, Dv=128: 4 sequences x 2048 over 16k prefixes",
         {**_SERVE_EXTEND, "batch": 4, "head_dim": 192, "v_head_dim": 128},
-        _serving_extend,
+        serving_extend,
         target=_SERVE_TARGET,
         quick_params={**_QUICK_SERVE, "batch": 2, "prefix": 16, "new": 8, "head_dim": 24, "v_head_dim": 16},
     ),
