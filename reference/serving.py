@@ -2,8 +2,11 @@
 
 Float64 per sequence: a sequence reads only the blocks that hold the keys some of its queries
 may see (positions ``e_b .. L_b - 1``, SERVE-EVICT), upcast just those, and works in blocks of
-query rows, each reading only the key span its rows can see. Peak extra memory is O(keys of one
-sequence x Hkv x D) plus O(rows x Hq x keys) for one block's scores.
+query rows, each reading only the key span its rows can see: one matmul per kv head with its GQA
+group's rows batched, the mask applied only where it can bite (the causal diagonal, the window's
+left edge), the softmax's exp in place and its division applied to P @ V. Peak extra memory: the
+output, one sequence's float64 keys and values, and one block's scores (SCORE_BUDGET), each in a
+buffer allocated once per call.
 tests/test_reference_serving.py proves it equal to a per-element brute force written from the
 spec text, to the dense oracles on their special cases, and (with transformers installed) to
 Gemma2's and gpt-oss's eager attention.
