@@ -19,15 +19,8 @@ Sizes and where they come from (assumptions are marked as such):
   tensor-parallel shard of 64/8 heads on 2 ranks. Decode uses Hq 8, Hkv 1 (one rank of an
   8-way tensor-parallel split), B 64 over a 32k cache: the full 8 kv heads would need 8 GiB
   of bf16 cache (32 GiB in the float64 oracle), more than a CPU benchmark machine holds.
-- Serving attention (spec/serving.md), Hq 32, Hkv 8 (the prefill shard above), page (block)
-  size 128, bf16 inputs. Decode: 64 sequences with one query each over a paged cache pool of
-  32768 tokens (256 blocks of 128). INTERPRETATION: the 64 lengths are spread (seeded) over
-  1..32768, one of them 32768, and all sequences share prefix blocks (prefix caching):
-  sequence b reads the first ceil(L_b / 128) blocks of one chain, a seeded permutation of the
-  pool. Extend: 8 sequences, each 2048 new tokens over a 16k-token cached prefix (L_b = 18432),
-  each in its own blocks, the pool's blocks permuted. MLA-like: the extend shape with
-  Dqk 192, Dv 128 (DeepSeek-V2/V3's qk and v head dims) on 4 sequences, so its float64 flops
-  stay near the 8-sequence extend's.
+- Serving attention (spec/serving.md): the shapes and their interpretation are in
+  ``benchmarks/serving_cases.py``.
 
 A case's inputs are built inside the worker process by ``make_inputs(params, device, dtype)``
 and called through ``make_call(op, inputs)``, so the timed region is exactly the op call.
@@ -36,64 +29,13 @@ and called through ``make_call(op, inputs)``, so the timed region is exactly the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
-from benchmarks.serving_inputs import serving_decode, serving_extend
+from benchmarks.case_types import FAMILIES, GIB, SHAPE_SETS, Case, Target
+from benchmarks.serving_cases import SERVING_CASES
 
-__all__ = ["CASES", "FAMILIES", "SHAPE_SETS", "Case", "Target", "cases", "get_case"]
-
-SHAPE_SETS = ("full", "quick")
-
-# family -> (oracle module, oracle attribute for an op when it differs from the op name)
-FAMILIES: dict[str, str] = {
-    "activations": "reference.activations",
-    "masks": "reference.masks",
-    "attention": "reference.attention",
-    "scheduler": "reference.scheduler",
-    "serving": "reference.serving",
-}
-
-GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class Target:
-    """An oracle target (README, Performance): what the oracle must meet at the full shape (not --quick)."""
-
-    seconds: float
-    peak_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class Case:
-    """One op at one shape. ``params`` holds the shape actually run (full or quick)."""
-
-    id: str
-    op: str
-    family: str
-    source: str
-    params: dict
-    make_inputs: Callable[[dict, torch.device, torch.dtype], tuple[tuple, dict]]
-    make_call: Callable[[Callable, tuple, dict], Callable[[], object]] | None = None
-    oracle_attr: str | None = None
-    peer: str | None = None
-    target: Target | None = None
-    shape_set: str = "full"
-    quick_params: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def oracle_module(self) -> str:
-        return FAMILIES[self.family]
-
-    def bind(self, fn: Callable, device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
-        """Build the inputs on ``device`` and return the zero-argument timed call."""
-        args, kwargs = self.make_inputs(self.params, device, dtype)
-        if self.make_call is not None:
-            return self.make_call(fn, args, kwargs)
-        return lambda: fn(*args, **kwargs)
+__all__ = ["CASES", "FAMILIES", "GIB", "SHAPE_SETS", "Case", "Target", "cases", "get_case"]
 
 
 # --- input builders ----------------------------------------------------------------------------
@@ -178,11 +120,6 @@ def _scheduler_loop(make_scheduler, args, kwargs):
 
 _STEP_PREFILL = {"batch": 1, "q_heads": 32, "kv_heads": 8, "head_dim": 128, "window": 512}
 _QUICK_ATTN = {"batch": 1, "q_heads": 4, "kv_heads": 2, "seq_len": 32, "head_dim": 16, "window": 8}
-_SERVE = {"q_heads": 32, "kv_heads": 8, "head_dim": 128, "block_size": 128, "window": None}
-_SERVE_DECODE = {**_SERVE, "batch": 64, "blocks": 256}
-_SERVE_EXTEND = {**_SERVE, "batch": 8, "prefix": 16384, "new": 2048}
-_QUICK_SERVE = {"q_heads": 4, "kv_heads": 2, "head_dim": 16, "block_size": 4, "window": None}
-_SERVE_TARGET = Target(seconds=30.0, peak_bytes=4 * GIB)
 
 CASES: tuple[Case, ...] = (
     Case(
@@ -339,48 +276,6 @@ CASES: tuple[Case, ...] = (
         quick_params={**_QUICK_ATTN, "batch": 4, "seq_len": 128},
     ),
     Case(
-        "paged_attention/decode-b64-32k-page128",
-        "paged_attention",
-        "serving",
-        "Serving decode: 64 sequences x 1 query over a 32k-token paged pool (256 blocks of 128), "
-        "shared prefix blocks, Hq=32, Hkv=8, D=128",
-        _SERVE_DECODE,
-        serving_decode,
-        target=_SERVE_TARGET,
-        quick_params={**_QUICK_SERVE, "batch": 4, "blocks": 16},
-    ),
-    Case(
-        "paged_attention/decode-b64-32k-page128-w4096",
-        "paged_attention",
-        "serving",
-        "Serving decode as above on a sliding layer, W=4096",
-        {**_SERVE_DECODE, "window": 4096},
-        serving_decode,
-        target=_SERVE_TARGET,
-        quick_params={**_QUICK_SERVE, "batch": 4, "blocks": 16, "window": 8},
-    ),
-    Case(
-        "paged_attention/extend-b8-2048-over-16k",
-        "paged_attention",
-        "serving",
-        "Serving extend: 8 sequences x 2048 new tokens over 16k cached prefixes (L=18432), page 128, "
-        "Hq=32, Hkv=8, D=128",
-        _SERVE_EXTEND,
-        serving_extend,
-        target=_SERVE_TARGET,
-        quick_params={**_QUICK_SERVE, "batch": 2, "prefix": 16, "new": 8},
-    ),
-    Case(
-        "paged_attention/mla-extend-b4-2048-over-16k",
-        "paged_attention",
-        "serving",
-        "Serving extend, MLA-like head dims Dqk=192, Dv=128: 4 sequences x 2048 over 16k prefixes",
-        {**_SERVE_EXTEND, "batch": 4, "head_dim": 192, "v_head_dim": 128},
-        serving_extend,
-        target=_SERVE_TARGET,
-        quick_params={**_QUICK_SERVE, "batch": 2, "prefix": 16, "new": 8, "head_dim": 24, "v_head_dim": 16},
-    ),
-    Case(
         "dpm_scheduler/sana-1024px",
         "dpm_scheduler",
         "scheduler",
@@ -404,7 +299,7 @@ CASES: tuple[Case, ...] = (
         peer="diffusers",
         quick_params={"latent": [1, 4, 16, 16], "steps": 5, "flow_shift": 6.0},
     ),
-)
+) + SERVING_CASES
 
 
 def cases(shape_set: str = "full") -> list[Case]:
