@@ -19,6 +19,8 @@ Sizes and where they come from (assumptions are marked as such):
   tensor-parallel shard of 64/8 heads on 2 ranks. Decode uses Hq 8, Hkv 1 (one rank of an
   8-way tensor-parallel split), B 64 over a 32k cache: the full 8 kv heads would need 8 GiB
   of bf16 cache (32 GiB in the float64 oracle), more than a CPU benchmark machine holds.
+- Serving attention (spec/serving.md): the shapes and their interpretation are in
+  ``benchmarks/serving_cases.py``.
 
 A case's inputs are built inside the worker process by ``make_inputs(params, device, dtype)``
 and called through ``make_call(op, inputs)``, so the timed region is exactly the op call.
@@ -27,61 +29,13 @@ and called through ``make_call(op, inputs)``, so the timed region is exactly the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["CASES", "FAMILIES", "SHAPE_SETS", "Case", "Target", "cases", "get_case"]
+from benchmarks.case_types import FAMILIES, GIB, SHAPE_SETS, Case, Target
+from benchmarks.serving_cases import SERVING_CASES
 
-SHAPE_SETS = ("full", "quick")
-
-# family -> (oracle module, oracle attribute for an op when it differs from the op name)
-FAMILIES: dict[str, str] = {
-    "activations": "reference.activations",
-    "masks": "reference.masks",
-    "attention": "reference.attention",
-    "scheduler": "reference.scheduler",
-}
-
-GIB = 1024**3
-
-
-@dataclass(frozen=True)
-class Target:
-    """An oracle target (README, Performance): what the oracle must meet at the full shape (not --quick)."""
-
-    seconds: float
-    peak_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class Case:
-    """One op at one shape. ``params`` holds the shape actually run (full or quick)."""
-
-    id: str
-    op: str
-    family: str
-    source: str
-    params: dict
-    make_inputs: Callable[[dict, torch.device, torch.dtype], tuple[tuple, dict]]
-    make_call: Callable[[Callable, tuple, dict], Callable[[], object]] | None = None
-    oracle_attr: str | None = None
-    peer: str | None = None
-    target: Target | None = None
-    shape_set: str = "full"
-    quick_params: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def oracle_module(self) -> str:
-        return FAMILIES[self.family]
-
-    def bind(self, fn: Callable, device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
-        """Build the inputs on ``device`` and return the zero-argument timed call."""
-        args, kwargs = self.make_inputs(self.params, device, dtype)
-        if self.make_call is not None:
-            return self.make_call(fn, args, kwargs)
-        return lambda: fn(*args, **kwargs)
+__all__ = ["CASES", "FAMILIES", "GIB", "SHAPE_SETS", "Case", "Target", "cases", "get_case"]
 
 
 # --- input builders ----------------------------------------------------------------------------
@@ -345,7 +299,7 @@ CASES: tuple[Case, ...] = (
         peer="diffusers",
         quick_params={"latent": [1, 4, 16, 16], "steps": 5, "flow_shift": 6.0},
     ),
-)
+) + SERVING_CASES
 
 
 def cases(shape_set: str = "full") -> list[Case]:

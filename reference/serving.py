@@ -2,8 +2,11 @@
 
 Float64 per sequence: a sequence reads only the blocks that hold the keys some of its queries
 may see (positions ``e_b .. L_b - 1``, SERVE-EVICT), upcast just those, and works in blocks of
-query rows, each reading only the key span its rows can see. Peak extra memory is O(keys of one
-sequence x Hkv x D) plus O(rows x Hq x keys) for one block's scores.
+query rows, each reading only the key span its rows can see: one matmul per kv head with its GQA
+group's rows batched, the mask applied only where it can bite (the causal diagonal, the window's
+left edge), the softmax's exp in place and its division applied to P @ V. Peak extra memory: the
+output, one sequence's float64 keys and values, and one block's scores (SCORE_BUDGET), each in a
+buffer allocated once per call.
 tests/test_reference_serving.py proves it equal to a per-element brute force written from the
 spec text, to the dense oracles on their special cases, and (with transformers installed) to
 Gemma2's and gpt-oss's eager attention.
@@ -177,15 +180,47 @@ def sink_softmax(scores: torch.Tensor, allowed: torch.Tensor, sinks: torch.Tenso
 
 
 def _gather(
-    cache: torch.Tensor, table: tuple[int, ...], block_size: int, start: int, stop: int
+    cache: torch.Tensor, table: tuple[int, ...], block_size: int, start: int, stop: int, buffer: torch.Tensor
 ) -> torch.Tensor:
-    """Positions start..stop-1 of one sequence, [stop - start, Hkv, D] in float64: only the blocks
-    holding them are read."""
+    """Positions start..stop-1 of one sequence as float64 [Hkv, stop - start, D] in ``buffer``'s
+    memory: only the blocks holding them are read, and upcast straight into that one copy."""
     first, last = start // block_size, (stop - 1) // block_size
     ids = torch.tensor(table[first : last + 1], dtype=torch.long, device=cache.device)
-    rows = cache.detach().index_select(0, ids).flatten(0, 1).to(torch.float64)
     offset = start - first * block_size
-    return rows[offset : offset + stop - start]
+    rows = cache.detach()[ids].flatten(0, 1)[offset : offset + stop - start]  # (index_select: 5x slower)
+    out = buffer[: rows.numel()].view(rows.shape[1], rows.shape[0], rows.shape[2])
+    return out.copy_(rows.transpose(0, 1))
+
+
+def _mask_bands(scores: torch.Tensor, first_row: int, lo: int, window: int | None) -> None:
+    """SERVE's mask on one block's scores [Hkv, G, R, K] (rows at positions first_row.., keys at lo..),
+    in place: only the causal diagonal and the window's left edge can hold masked keys."""
+    rows, keys = scores.shape[2], scores.shape[3]
+    device = scores.device
+    positions = torch.arange(first_row, first_row + rows, device=device)[:, None]
+    diagonal = first_row + 1 - lo  # keys from here on may lie after a row's own position
+    if diagonal < keys:
+        key_pos = torch.arange(first_row + 1, lo + keys, device=device)[None, :]
+        scores[..., diagonal:].masked_fill_(key_pos > positions, float("-inf"))
+    if window is not None:
+        edge = min(keys, first_row + rows - window - lo + 1)  # keys before here may be out of the window
+        if edge > 0:
+            key_pos = torch.arange(lo, lo + edge, device=device)[None, :]
+            scores[..., :edge].masked_fill_(positions - key_pos >= window, float("-inf"))
+
+
+def _exp_rows(scores: torch.Tensor, sink: torch.Tensor | None) -> torch.Tensor:
+    """sink_softmax's arithmetic without its division, in place: scores become exp(s - m) and the
+    returned [..., 1] denominators include the sink (SERVE-SINKS); the caller divides P @ V by them."""
+    row_max = scores.amax(-1, keepdim=True)
+    if sink is not None:
+        row_max = torch.maximum(row_max, sink)
+    row_max = row_max.clamp_min(torch.finfo(torch.float64).min)
+    scores.sub_(row_max).exp_()
+    total = scores.sum(-1, keepdim=True)
+    if sink is not None:
+        total = total + torch.exp(sink - row_max)
+    return total
 
 
 def paged_attention(
@@ -208,38 +243,48 @@ def paged_attention(
     )  # fmt: skip
     tokens, q_heads, head_dim = q.shape
     kv_heads, group = meta.kv_heads, q_heads // meta.kv_heads
-    window = meta.sliding_window
-    sink = None if sinks is None else sinks.detach().to(torch.float64).reshape(kv_heads, group, 1)
+    sink = None if sinks is None else sinks.detach().to(torch.float64).reshape(kv_heads, group, 1, 1)
     out = torch.zeros(tokens, q_heads, v_cache.shape[3], dtype=torch.float64, device=q.device)
-    for b in range(meta.batch):
-        length, query_len = meta.seq_lens[b], meta.query_len(b)
-        first_key, first_query = meta.first_visible(b), length - query_len
-        table = meta.block_tables[b]
-        keys = _gather(k_cache, table, meta.block_size, first_key, length)  # [K, Hkv, D]
-        values = _gather(v_cache, table, meta.block_size, first_key, length)
-        keys, values = keys.permute(1, 0, 2)[:, None], values.permute(1, 0, 2)[:, None]  # [Hkv, 1, K, D]
-        rows_per_block = max(1, SCORE_BUDGET // (q_heads * (length - first_key)))
-        for r0 in range(0, query_len, rows_per_block):
-            r1 = min(query_len, r0 + rows_per_block)
-            positions = torch.arange(first_query + r0, first_query + r1, device=q.device)
-            # Key span of this block: from the first row's first key to the last row's own position.
-            lo = first_key if window is None else max(first_key, first_query + r0 - window + 1)
-            hi = first_query + r1  # exclusive
-            key_pos = torch.arange(lo, hi, device=q.device)
-            allowed = key_pos[None, :] <= positions[:, None]
-            if window is not None:
-                allowed &= positions[:, None] - key_pos[None, :] < window
+    spans = [meta.seq_lens[b] - meta.first_visible(b) for b in range(meta.batch)]
+    blocks = [min(meta.query_len(b), max(1, SCORE_BUDGET // (q_heads * spans[b]))) for b in range(meta.batch)]
+    # Buffers for the whole call, reused by every sequence and block (fresh large tensors cost page
+    # faults): the scores of one query block, one sequence's float64 keys and values.
+    buffer = q.new_empty(max(q_heads * n * k for n, k in zip(blocks, spans, strict=True)), dtype=torch.double)
+    key_buffer = q.new_empty(max(spans) * kv_heads * head_dim, dtype=torch.float64)
+    value_buffer = q.new_empty(max(spans) * kv_heads * v_cache.shape[3], dtype=torch.float64)
+    for b, rows_per_block in enumerate(blocks):
+        first_key, table, length = meta.first_visible(b), meta.block_tables[b], meta.seq_lens[b]
+        keys = _gather(k_cache, table, meta.block_size, first_key, length, key_buffer)
+        values = _gather(v_cache, table, meta.block_size, first_key, length, value_buffer)
+        for r0 in range(0, meta.query_len(b), rows_per_block):
+            r1 = min(meta.query_len(b), r0 + rows_per_block)
             start = meta.query_starts[b]
-            rows = q[start + r0 : start + r1].detach().to(torch.float64)  # [R, Hq, D]
-            rows = rows.reshape(r1 - r0, kv_heads, group, head_dim).permute(1, 2, 0, 3)  # [Hkv, G, R, D]
-            span = slice(lo - first_key, hi - first_key)
-            scores = rows @ keys[:, :, span].transpose(-1, -2) * meta.scale  # [Hkv, G, R, K]
-            if meta.softcap is not None:
-                scores = meta.softcap * torch.tanh(scores / meta.softcap)
-            probs = sink_softmax(scores, allowed, sink)
-            block_out = probs @ values[:, :, span]  # [Hkv, G, R, Dv]
-            out[start + r0 : start + r1] = block_out.permute(2, 0, 1, 3).reshape(r1 - r0, q_heads, -1)
+            _attend_block(out[start + r0 : start + r1], q[start + r0 : start + r1], keys, values, meta, b,
+                          r0, sink, buffer)  # fmt: skip
     return out
+
+
+def _attend_block(out, q_rows, keys, values, meta: ServingBatch, b: int, r0: int, sink, buffer) -> None:
+    """Rows r0.. of sequence b into out [R, Hq, Dv]: one matmul per kv head over the key span the
+    rows can see (GQA groups batched), masked only where SERVE's mask can bite."""
+    rows, q_heads, head_dim = q_rows.shape
+    kv_heads, group, window = meta.kv_heads, q_heads // meta.kv_heads, meta.sliding_window
+    first_key = meta.first_visible(b)
+    first_row = meta.seq_lens[b] - meta.query_len(b) + r0  # the block's first query position
+    # Key span: from the first row's first key to the last row's own position (exclusive hi).
+    lo = first_key if window is None else max(first_key, first_row - window + 1)
+    hi = first_row + rows
+    span = slice(lo - first_key, hi - first_key)
+    grouped = q_rows.detach().to(torch.float64).reshape(rows, kv_heads, group, head_dim)
+    grouped = grouped.permute(1, 2, 0, 3).reshape(kv_heads, group * rows, head_dim) * meta.scale
+    scores = buffer[: kv_heads * group * rows * (hi - lo)].view(kv_heads, group * rows, hi - lo)
+    torch.matmul(grouped, keys[:, span].transpose(-1, -2), out=scores)  # [Hkv, G * R, K]
+    if meta.softcap is not None:
+        scores.div_(meta.softcap).tanh_().mul_(meta.softcap)
+    _mask_bands(scores.view(kv_heads, group, rows, hi - lo), first_row, lo, window)
+    total = _exp_rows(scores.view(kv_heads, group, rows, hi - lo), sink)
+    block = (scores @ values[:, span]).view(kv_heads, group, rows, -1).div_(total)  # [Hkv, G, R, Dv]
+    out.copy_(block.permute(2, 0, 1, 3).reshape(rows, q_heads, -1))
 
 
 def contiguous_to_paged(

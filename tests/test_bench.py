@@ -6,6 +6,7 @@ import importlib.util
 import json
 
 import pytest
+import torch
 
 from benchmarks import cases as bench_cases
 from conformance.devices import absent_reason
@@ -170,3 +171,18 @@ def test_every_case_has_both_shape_sets_and_a_known_family():
     assert len({c.id for c in bench_cases.CASES}) == len(bench_cases.CASES)
     for case in bench_cases.CASES:
         assert case.family in bench_cases.FAMILIES and case.params and case.quick_params
+
+
+def test_serving_cases_are_valid_paged_calls():
+    """The serving cases' quick inputs pass SERVE-ERRORS' validation and the native backend agrees
+    with the oracle on them (float64), so a full run times the call the docstring describes."""
+    from backends.paged import paged_attention as native
+    from reference.serving import paged_attention, validate_paged_args
+
+    serving = [c for c in bench_cases.cases("quick") if c.family == "serving"]
+    assert {c.op for c in serving} == {"paged_attention"} and len(serving) >= 3
+    for case in serving:
+        args, kwargs = case.make_inputs(case.params, torch.device("cpu"), torch.float64)
+        meta = validate_paged_args(*args, **kwargs)
+        assert meta.block_size == case.params["block_size"]
+        torch.testing.assert_close(native(*args, **kwargs), paged_attention(*args, **kwargs))
