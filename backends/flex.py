@@ -111,6 +111,24 @@ def serving_score_mod(cap, cap_on, sink, k_seq):
     return score_mod
 
 
+def _lookup(allowed: torch.Tensor):
+    """A mask_mod reading a dense [Sq, Sk] bool mask."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return allowed[q_idx, kv_idx]
+
+    return mask_mod
+
+
+def _batched_lookup(allowed: torch.Tensor):
+    """A mask_mod reading a dense [B, Sq, Sk] bool mask."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return allowed[b, q_idx, kv_idx]
+
+    return mask_mod
+
+
 def _packed_layout(meta: ServingBatch, device) -> dict[str, torch.Tensor]:
     """Per query token and per gathered key: sequence id and absolute position; per key, its row in
     the flattened cache (SERVE: position p in block_table[b, p // block_size], slot p % block_size).
@@ -230,6 +248,15 @@ class FlexBackend:
             # keeps the GQA mapping (query heads Hq..2Hq-1 read the copy), and drop the copy.
             q, k, v = (torch.cat([t, t], dim=1) for t in (q, k, v))
         mask_mod = window_mask_mod(query_pos.contiguous(), key_valid.contiguous(), window)
+        if not self.compiled:  # the mask_mod evaluated once and looked up: see paged_attention
+            positions = [torch.arange(n, device=q.device) for n in (q.shape[0], q.shape[2], k.shape[2])]
+            batch, rows, keys = (
+                positions[0][:, None, None],
+                positions[1][None, :, None],
+                positions[2][None, None],
+            )
+            dense = mask_mod(batch, None, rows, keys)
+            mask_mod = _batched_lookup(dense)
         block_mask = flex.create_block_mask(
             mask_mod, q.shape[0], None, q.shape[2], k.shape[2], device=q.device
         )
@@ -291,6 +318,12 @@ class FlexBackend:
             layout["q_seq"], layout["q_pos"], layout["k_seq"], layout["k_pos"], window, sinks_on
         )
         score_mod = serving_score_mod(cap, cap_on, sink, layout["k_seq"])
+        if not self.compiled:
+            # Eager flex vmaps mask_mod and score_mod op by op (about 1 ms of Python per op per call):
+            # the same mask_mod evaluated once on broadcast indices, then looked up, is 6x cheaper.
+            mask_mod = _lookup(mask_mod(None, None, torch.arange(q.shape[2], device=device)[:, None],
+                                        torch.arange(k.shape[2], device=device)[None, :]))  # fmt: skip
+            score_mod = None if flags == (False, False) else score_mod
         flex = _flex()
         block_mask = flex.create_block_mask(mask_mod, 1, None, q.shape[2], k.shape[2], device=device)
         run = _compiled_flex_attention() if self.compiled else flex.flex_attention
