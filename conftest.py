@@ -6,5 +6,18 @@ loading it here as well would register it twice.
 
 from importlib import metadata
 
+import pytest
+
 if not any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11")):
     pytest_plugins = ["conformance.plugin"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`pytest -n auto` here schedules by work stealing: a few tests take 10-15 s (mutant batches,
+    subprocess runs) and xdist's default chunks left one of two workers idle ~25 s at the end."""
+    if config.getoption("dist") == "load":
+        from xdist.scheduler import WorkStealingScheduling
+
+        return WorkStealingScheduling(config, log)
+    return None
