@@ -187,7 +187,7 @@ def _gather(
     first, last = start // block_size, (stop - 1) // block_size
     ids = torch.tensor(table[first : last + 1], dtype=torch.long, device=cache.device)
     offset = start - first * block_size
-    rows = cache.detach()[ids].flatten(0, 1)[offset : offset + stop - start]  # (index_select: 5x slower)
+    rows = cache.detach()[ids].flatten(0, 1)[offset : offset + stop - start]
     out = buffer[: rows.numel()].view(rows.shape[1], rows.shape[0], rows.shape[2])
     return out.copy_(rows.transpose(0, 1))
 
