@@ -14,7 +14,7 @@ import math
 import torch
 
 from reference.masks import encoder_attention_mask, require_window, validate_padding_mask, validate_seq_lens
-from reference.validation import require_positive_finite
+from reference.validation import require_float_tensor, require_positive_finite
 
 __all__ = [
     "QUERY_BLOCK",
@@ -32,24 +32,14 @@ __all__ = [
 QUERY_BLOCK = 256
 
 
-def _require_float_tensor(value, name: str, rank: int) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-        raise ValueError(
-            f"{name} must be a floating tensor, got {getattr(value, 'dtype', type(value).__name__)}"
-        )
-    if value.dim() != rank or value.numel() == 0:
-        raise ValueError(f"{name} must be a non-empty {rank}-D tensor, got shape {tuple(value.shape)}")
-    return value
-
-
 def validate_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
     """ATTN-ERRORS: q [B, Hq, Sq, D], k/v [B, Hkv, Sk, D], Hq a multiple of Hkv.
 
     Returns B, Hq, Hkv, Sq, Sk, D.
     """
-    _require_float_tensor(q, "q", 4)
-    _require_float_tensor(k, "k", 4)
-    _require_float_tensor(v, "v", 4)
+    require_float_tensor(q, "q", 4)
+    require_float_tensor(k, "k", 4)
+    require_float_tensor(v, "v", 4)
     batch, q_heads, q_len, head_dim = q.shape
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} and v {tuple(v.shape)}")

@@ -21,7 +21,7 @@ import torch
 from reference.attention import require_scale
 from reference.masks import require_window
 from reference.serving_windows import layer_windows, window_kernel_args, window_keys
-from reference.validation import require_positive_finite_or_none
+from reference.validation import require_float_tensor, require_positive_finite_or_none
 
 __all__ = [
     "ServingBatch",
@@ -36,16 +36,6 @@ __all__ = [
 
 # Scores of one query block are at most this many float64 elements (256 MiB).
 SCORE_BUDGET = 1 << 25
-
-
-def _require_float(value, name: str, rank: int) -> torch.Tensor:
-    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-        raise ValueError(
-            f"{name} must be a floating tensor, got {getattr(value, 'dtype', type(value).__name__)}"
-        )
-    if value.dim() != rank or value.numel() == 0:
-        raise ValueError(f"{name} must be a non-empty {rank}-D tensor, got shape {tuple(value.shape)}")
-    return value
 
 
 def _require_int_tensor(value, name: str, rank: int) -> torch.Tensor:
@@ -96,9 +86,9 @@ def validate_paged_args(
     """SERVE-ERRORS: every argument of paged_attention; returns the metadata as a ServingBatch.
 
     Shared by the oracle and the backends, so all raise the same errors."""
-    _require_float(q, "q", 3)
-    _require_float(k_cache, "k_cache", 4)
-    _require_float(v_cache, "v_cache", 4)
+    require_float_tensor(q, "q", 3)
+    require_float_tensor(k_cache, "k_cache", 4)
+    require_float_tensor(v_cache, "v_cache", 4)
     tokens, q_heads, head_dim = q.shape
     num_blocks, block_size, kv_heads, _ = k_cache.shape
     if tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]):
@@ -145,7 +135,7 @@ def validate_paged_args(
             raise ValueError(f"block_table[{b}] reads block ids {bad} outside 0..{num_blocks - 1}")
         tables.append(row)
     if sinks is not None:
-        _require_float(sinks, "sinks", 1)
+        require_float_tensor(sinks, "sinks", 1)
         if sinks.shape[0] != q_heads:
             raise ValueError(f"sinks must be a [Hq] = [{q_heads}] tensor, got shape {tuple(sinks.shape)}")
     return ServingBatch(

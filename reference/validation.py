@@ -14,6 +14,7 @@ import torch
 __all__ = [
     "require_choice",
     "require_even_last_dim",
+    "require_float_tensor",
     "require_floating",
     "require_int",
     "require_positive_finite",
@@ -32,6 +33,17 @@ def require_floating(value, name: str) -> torch.Tensor:
     require_tensor(value, name)
     if not value.is_floating_point():
         raise TypeError(f"{name} must have a floating dtype, got {value.dtype}")
+    return value
+
+
+def require_float_tensor(value, name: str, rank: int) -> torch.Tensor:
+    """A floating, non-empty tensor of exactly ``rank`` dimensions; ValueError naming ``name``."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        raise ValueError(
+            f"{name} must be a floating tensor, got {getattr(value, 'dtype', type(value).__name__)}"
+        )
+    if value.dim() != rank or value.numel() == 0:
+        raise ValueError(f"{name} must be a non-empty {rank}-D tensor, got shape {tuple(value.shape)}")
     return value
 
 
