@@ -220,6 +220,35 @@ def test_limit_disabled_by_config(backend, device, label, config, layer_idx, sha
     )
 
 
+# transformers' own Step-3.5 config class: (kwargs, expected routed limits, expected shared limits).
+TRANSFORMERS_LIMITS = [
+    (dict(num_hidden_layers=2, swiglu_limits=[0.0, 7.0], swiglu_limits_shared=[16, 0]),
+     [None, 7.0], [16.0, None]),
+    # A hub config padded with one MTP entry: transformers trims it, and layer 2's limit is None.
+    (dict(num_hidden_layers=3, num_nextn_predict_layers=1, swiglu_limits=[0.0, 7.0, None, 5.0],
+          swiglu_limits_shared=[-1, 16.0, 0, 2.0]), [None, 7.0, None], [None, 16.0, None]),
+]  # fmt: skip
+
+
+@pytest.mark.clause("ACT-LIMIT-CONFIG", "ACT-LIMIT-CONFIG-OFF")
+@pytest.mark.op("swiglu_limit")
+@pytest.mark.parametrize("kwargs, routed, shared", TRANSFORMERS_LIMITS)
+def test_limit_from_transformers_config(backend, device, kwargs, routed, shared):
+    """transformers' Step3p7TextConfig (Step-3.5) gives each layer's limits as the written-out lists say."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    config_class = getattr(transformers, "Step3p7TextConfig", None)
+    if config_class is None:
+        pytest.skip(f"transformers {transformers.__version__} has no Step3p7TextConfig")
+    config = config_class(**kwargs)
+    got = [[backend.swiglu_limit(config, i, shared=s) for i in range(len(routed))] for s in (False, True)]
+    check(
+        got == [routed, shared],
+        clause="ACT-LIMIT-CONFIG",
+        message=f"backend {backend.name!r}: Step3p7TextConfig({kwargs}) gives routed/shared limits {got}, "
+        f"expected {[routed, shared]}",
+    )
+
+
 @pytest.mark.clause("ACT-LIMIT-CONFIG-LAYER")
 @pytest.mark.op("swiglu_limit")
 @given(recipe=gated_inputs(scales=(3.0, 10.0), max_numel=1 << 12), case=limit_configs(), shared=st.booleans())

@@ -156,19 +156,28 @@ def swiglu_oai_and_mul(
 LIMIT_KEYS = {False: "swiglu_limits", True: "swiglu_limits_shared"}
 
 
-def swiglu_limit(config: Mapping, layer_idx: int, *, shared: bool) -> float | None:
-    """ACT-LIMIT-CONFIG(-OFF): the clamp limit of layer ``layer_idx`` from a Step-3.5-shaped config.
+def swiglu_limit(config, layer_idx: int, *, shared: bool) -> float | None:
+    """ACT-LIMIT-CONFIG(-OFF): the clamp limit of layer ``layer_idx`` from a Step-3.5-shaped config:
+    a mapping (config.json) or a config object with the two list attributes (transformers'
+    ``Step3p7TextConfig``).
 
-    Reads ``config["swiglu_limits_shared"]`` for the shared expert, ``config["swiglu_limits"]`` for
-    the routed ones. A missing key, a None list, a list too short, a None value or a value <= 0
-    gives None (no clamp); a value > 0 is returned as float.
+    Reads ``swiglu_limits_shared`` for the shared expert, ``swiglu_limits`` for the routed ones.
+    A missing key, a None list, a list too short, a None value or a value <= 0 gives None (no
+    clamp); a value > 0 is returned as float.
     """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a mapping, got {type(config).__name__}")
+    if isinstance(config, Mapping):
+        lookup = config.get
+    elif any(hasattr(config, key) for key in LIMIT_KEYS.values()):
+        lookup = lambda key: getattr(config, key, None)  # noqa: E731 - a config object's attributes
+    else:
+        raise TypeError(
+            f"config must be a mapping or a config object with {sorted(LIMIT_KEYS.values())}, "
+            f"got {type(config).__name__}"
+        )
     if isinstance(layer_idx, bool) or not isinstance(layer_idx, numbers.Integral) or layer_idx < 0:
         raise ValueError(f"layer_idx must be an int >= 0, got {layer_idx!r}")
     key = LIMIT_KEYS[require_bool(shared, "shared")]
-    limits = config.get(key)
+    limits = lookup(key)
     if limits is None or layer_idx >= len(limits):
         return None
     value = limits[layer_idx]
