@@ -31,6 +31,16 @@ from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, pr
 # `opconform run` exits 3 then (README, exit statuses).
 EXIT_DEVICE_ABSENT = 6
 
+# Third-party noise in a run of the suite, not findings: torch's own jit deprecation, diffusers
+# passing copy=False to numpy 2 through a torch tensor (1,200 per run), and the eager `flex`
+# backend, which runs FlexAttention unfused on purpose. Added to pytest's filters when the plugin
+# activates, wherever the run starts; the checkout's conftest.py adds them for the self-tests.
+WARNING_FILTERS = (
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
+    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning",
+    "ignore:flex_attention called without torch.compile:UserWarning",
+)
+
 
 def _registry():
     """The ``backends`` registry, imported only once the plugin is active (a user's own
@@ -198,7 +208,10 @@ def activate(config) -> None:
         run.expectations = manifests.load_manifests(unique, known_clauses=run.clauses)
     except (OSError, ValueError) as exc:  # a missing spec, a bad spec or a bad manifest
         raise pytest.UsageError(str(exc)) from exc
+    for line in WARNING_FILTERS:
+        config.addinivalue_line("filterwarnings", line)
     config.stash[rerun.OPTIONS] = rerun.rerun_options(
+        backends=config.getoption("backend"),
         backend_modules=config.getoption("backend_module"),
         expectations=config.getoption("opconform_expectations"),
         profile=profile,
@@ -224,7 +237,10 @@ def _is_suite_test(metafunc) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if state(config) is None or not config.getoption("focus_declared_clauses"):
+    if state(config) is None:
+        return
+    rerun.remember(config, items)
+    if not config.getoption("focus_declared_clauses"):
         return
     kept, dropped = [], []
     for item in items:

@@ -1,23 +1,42 @@
 """The one command line that reruns a single case, for failure messages and the results.
 
-The plugin computes the options a rerun must repeat once per run (``rerun_options``) and keeps
-them in ``config.stash``; ``command(nodeid, options)`` builds the line. The failing Hypothesis
-example is replayed from the example database, or use the @reproduce_failure blob printed with it.
+The line works from the folder the run started in, for a checkout and for an installed suite:
+a suite case is named as ``--pyargs conformance.test_x::test_y[ids]`` (never a path relative to
+pytest's rootdir, which an installed run places in site-packages), another test by its absolute
+path. The plugin computes the options a rerun must repeat once per run (``rerun_options``) and
+the target of each collected case (``remember``), and keeps them in ``config.stash``. The failing
+Hypothesis example comes back through the profile and seed repeated here (README, "Rerunning a
+failure").
 """
 
 from __future__ import annotations
 
 import shlex
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 
+from conformance import activation
+
 OPTIONS = pytest.StashKey[list]()
+TARGETS = pytest.StashKey[dict]()
 
 
-def rerun_options(*, backend_modules, expectations, profile: str | None, seed, timeout=None) -> list[str]:
-    """What a rerun must repeat: external backends, manifests, Hypothesis profile and seed, and
-    the per-case time limit (a rerun of a case that timed out must not hang)."""
-    options = [f"--backend-module={spec}" for spec in backend_modules]
+def plugin_by_entry_point() -> bool:
+    """Whether pytest loads the plugin by itself (an installed opconform's ``pytest11`` entry point)."""
+    return any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
+
+
+def rerun_options(
+    *, backends=(), backend_modules, expectations, profile: str | None, seed, timeout=None
+) -> list[str]:
+    """What a rerun must repeat: the plugin where no entry point loads it, the backends (a case's
+    id exists only among the same selection), manifests, Hypothesis profile and seed, and the
+    per-case time limit (a rerun of a case that timed out must not hang)."""
+    options = [] if plugin_by_entry_point() else ["-p", "conformance.plugin"]
+    options += [f"--backend={name}" for name in backends]
+    options += [f"--backend-module={spec}" for spec in backend_modules]
     options += [f"--opconform-expectations={path}" for path in expectations]
     if profile:
         options.append(f"--hypothesis-profile={profile}")
@@ -28,10 +47,39 @@ def rerun_options(*, backend_modules, expectations, profile: str | None, seed, t
     return options
 
 
-def command(nodeid: str, options: list[str]) -> str:
-    return shlex.join(["python", "-m", "pytest", nodeid, "-p", "no:xdist", *options])
+def target(item) -> list[str]:
+    """The arguments that select ``item`` from any folder: ``--pyargs`` for a suite module."""
+    name = item.nodeid.partition("::")[2]
+    if activation.is_suite_module(item.path):
+        return ["--pyargs", f"{item.module.__name__}::{name}"]
+    return [f"{Path(item.path).resolve()}::{name}"]
+
+
+def remember(config, items) -> None:
+    """Keep each collected case's rerun target (a report without its item looks it up)."""
+    config.stash.setdefault(TARGETS, {}).update({item.nodeid: target(item) for item in items})
+
+
+def target_of(config, nodeid: str) -> list[str]:
+    """``nodeid``'s target: the collected item's, else (an xdist controller, which collects
+    nothing) from the node id: a file under the rootdir by absolute path, a suite module by name."""
+    known = config.stash.get(TARGETS, {}).get(nodeid)
+    if known:
+        return known
+    path, _, name = nodeid.partition("::")
+    local = Path(config.rootpath) / path
+    if path and local.is_file() and not activation.is_suite_module(local):
+        return [f"{local.resolve()}::{name}"]
+    module = Path(path).name
+    if module.endswith(".py") and activation.is_suite_module(activation.suite_dir() / module):
+        return ["--pyargs", f"conformance.{module[:-3]}::{name}"]
+    return [nodeid]
+
+
+def command(nodeid: str, options: list[str], target: list[str] | None = None) -> str:
+    return shlex.join(["python", "-m", "pytest", *(target or [nodeid]), "-p", "no:xdist", *options])
 
 
 def for_item(config, nodeid: str) -> str:
     """The rerun command of ``nodeid`` in this run (options stashed at configure time)."""
-    return command(nodeid, config.stash.get(OPTIONS, []))
+    return command(nodeid, config.stash.get(OPTIONS, []), target_of(config, nodeid))

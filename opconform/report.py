@@ -177,6 +177,7 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         "exitstatus": 0,
         "duration": 0.0,
         "warnings": [],
+        "absent_devices": {},
     }
     cases: dict[str, list[dict]] = {}
     for name, document in zip(names, documents, strict=True):
@@ -185,8 +186,10 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
                 "name": name,
                 **{k: document.get(k) for k in RUN_FIELDS},
                 "exitstatus": document.get("exitstatus"),
+                "absent_devices": document.get("absent_devices") or {},
             }
         )
+        merged["absent_devices"].update(document.get("absent_devices") or {})
         for key in ("backends", "devices"):
             merged[key] += [v for v in document.get(key) or [] if v not in merged[key]]
         for clause, info in (document.get("clauses") or {}).items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +142,23 @@ def test_merge_of_one_column_twice_counts_each_case_once(tmp_path, capsys):
 
     page = render.html_page(report.merge([report.load(first), report.load(second)], names=[first, second]))
     assert "<ul id='warnings'><li>t.py::test_2[native-cpu]: fail in" in page
+
+
+def test_merge_with_an_input_that_lacked_a_requested_device_exits_3(tmp_path, capsys):
+    """A run whose --device cuda was absent (its cases skipped, `run` exited 3) merged with a
+    passing run was exit 0: merge now exits 3 naming that input, and the merge keeps the record."""
+    cpu = _report(tmp_path, "cpu", ["passed"])
+    cuda = tmp_path / "cuda.json"
+    document = json.loads(Path(_report(tmp_path, "cuda", ["skipped"])).read_text())
+    document["absent_devices"] = {"cuda": "torch.cuda.is_available() is False"}
+    cuda.write_text(json.dumps(document))
+    assert cli.main(["merge", cpu, str(cuda), "--out", str(tmp_path / "merged")]) == 3
+    assert capsys.readouterr().err.splitlines() == [
+        f"opconform merge: {cuda}: requested device(s) absent: cuda (torch.cuda.is_available() is False)"
+    ]
+    merged = str(tmp_path / "merged" / "report.json")
+    assert cli.main(["merge", merged]) == 3  # a merge of that merge still says so
+    assert cli.main(["merge", cpu, cpu]) == 0
 
 
 @pytest.mark.parametrize("device_type", ["npu", "cuda"])

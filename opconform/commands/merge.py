@@ -1,4 +1,5 @@
-"""``opconform merge``: several machines' reports as one matrix (exit 1 if it holds a failure)."""
+"""``opconform merge``: several machines' reports as one matrix (exit 1 if it holds a failure,
+3 if an input run lacked a device it was asked to test)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from opconform import render, report
 from opconform.commands import help_for, writable_dir
 
 HELP = help_for("merge")
+EXIT_DEVICE_ABSENT = 3  # as `opconform run` (README, exit statuses)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,4 +30,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         written = render.write_outputs(document, args.out)
         print("\nwrote " + ", ".join(map(str, written)), file=sys.stderr if args.markdown else sys.stdout)
+    absent = [(m["name"], m["absent_devices"]) for m in document["merged_from"] if m["absent_devices"]]
+    for name, devices in absent:  # that run's cases on the device are skips: the matrix lacks them
+        listed = "; ".join(f"{d} ({why})" for d, why in devices.items())
+        print(f"opconform merge: {name}: requested device(s) absent: {listed}", file=sys.stderr)
+    if absent:
+        return EXIT_DEVICE_ABSENT
     return 0 if report.conforms(document) else 1

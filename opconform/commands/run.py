@@ -61,7 +61,8 @@ def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
     PYTHONPATH, as on a CUDA host with its own torch) no entry point loads the plugin, and the
     checkout's conftest.py is not loaded when the run starts outside the checkout: load it by name.
     """
-    command = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider",
+    # -ra: the skip reasons (the checkout's addopts has it; an installed run has no ini file).
+    command = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-ra",
                f"--opconform-json={report_json}"]  # fmt: skip
     if not plugin_registered():
         command += ["-p", "conformance.plugin"]
