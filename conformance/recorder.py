@@ -200,8 +200,9 @@ class ResultsRecorder:
                 case.outcome = Outcome.NOT_IMPLEMENTED
         elif report.failed:
             case.message = report.longreprtext[-4000:]
-            if case.outcome is Outcome.CRASH:
-                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), error=case.message)
+            if case.outcome is Outcome.CRASH:  # the error is xdist's last line: "worker 'gw1' crashed ..."
+                error = case.message.strip().splitlines()[-1] if case.message.strip() else None
+                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), error=error)
             elif case.failure is None:  # a setup or teardown error
                 case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid))
         self.results.append(case)
