@@ -51,6 +51,13 @@ class Slow(OneOp):
         return RMS_NORM(x, weight, eps=eps)
 
 
+class Raises(OneOp):
+    name = "raises"
+
+    def rms_norm(self, x, weight, *, eps):
+        raise RuntimeError("kernel launch failed")
+
+
 class ReturnsNone(OneOp):
     name = "returns-none"
 
@@ -93,4 +100,5 @@ class Aliasing(OneOp):
         return out
 
 
-ALL = [Abort(), Hang(), Slow(), ReturnsNone(), ReturnsList(), ReturnsMeta(), WrongDtype(), Aliasing()]
+ALL = [Abort(), Hang(), Slow(), Raises(), ReturnsNone(), ReturnsList(), ReturnsMeta(), WrongDtype()]
+ALL.append(Aliasing())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from opconform import report
+from opconform import render, report
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -26,6 +26,7 @@ EXPECTED = {
     "abort": (NORM, "crash", report.NO_CLAUSE, "crash 1/1", "worker 'gw"),
     "hang": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 5 s"),
     "slow": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 5 s"),
+    "raises": (NORM, "failed", "NORM-RMS", "fail 1/1", "RuntimeError: kernel launch failed"),
     "returns-none": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned None; expected a tensor of shape"),
     "returns-list": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned a list of "),
     "returns-meta": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned a meta tensor (no data): "),
@@ -82,9 +83,9 @@ def catalogue(tmp_path_factory):
 
 
 def test_each_misbehaviour_is_its_outcome_in_its_own_cell(catalogue):
-    """abort -> crash (CRASH, no clause: the worker died), hang/slow -> timeout, None/list/meta/
-    float64 for float32 -> NORM-RMS failures saying what came back, writing into x -> ACT-PURE; the
-    run exits 1. (wrong-dtype passed: test_rms_norm_matches_oracle compared values only.)"""
+    """abort -> crash (CRASH, no clause: the worker died), hang/slow -> timeout, a RuntimeError or
+    None/list/meta/float64 for float32 -> NORM-RMS failures saying what came back, writing into x
+    -> ACT-PURE; the run exits 1. (wrong-dtype passed: the property compared values only.)"""
     proc, document = catalogue
     matrix = report.build_matrix(document)
     seen, table = {}, []
@@ -102,10 +103,24 @@ def test_each_misbehaviour_is_its_outcome_in_its_own_cell(catalogue):
         (case,) = [c for c in document["results"] if c["backend"] == backend and c["outcome"] in BROKEN]
         line = one_line(case)
         assert words in line and "\n" not in line, f"{backend}: {line!r}\n{message}"
+        clause = None if EXPECTED[backend][2] == report.NO_CLAUSE else EXPECTED[backend][2]
+        assert case["failure"]["clause"] == clause, f"{backend}: {case['failure']}"
     # Every other case of these backends is "not implemented", never a stray failure.
     others = {c["outcome"] for c in document["results"] if c["outcome"] not in BROKEN}
     assert others == {"not implemented"}, message
     assert proc.returncode == 1 and document["exitstatus"] == 1, message
+
+
+def test_timeout_and_crash_are_cells_and_regressions(catalogue):
+    """TIMEOUT and CRASH cells in the text matrix; neither conforms, and each is a new failure in
+    diff against a passing run."""
+    _, document = catalogue
+    text = render.text(document)
+    assert "TIMEOUT 1/1" in text and "CRASH 1/1" in text, text
+    assert not report.conforms(document)
+    before = {**document, "results": [{**r, "outcome": "passed"} for r in document["results"]]}
+    regressions = {r["column"].split("@")[0] for r in report.diff(before, document)["new failures"]}
+    assert regressions == set(EXPECTED), regressions
 
 
 def test_deselected_manifest_entries_are_not_stale(catalogue):
