@@ -39,6 +39,8 @@ class State:
     clauses: dict = field(default_factory=dict)
     expectations: list = field(default_factory=list)
     profile: str | None = None
+    # What the run collected before deselection (recorder.note_collection); None until known.
+    collected: dict | None = None
 
 
 STATE = pytest.StashKey[State]()

@@ -16,8 +16,9 @@
 A failure that an entry matches is an *expected failure* (``unsupported``: a skip; a
 ``deviation`` only while its largest error stays within ``bound``). A pass where an entry
 (other than ``intermittent``) matches is an *unexpected pass*: remove the entry. An entry that
-matches no case of its backend in a run is *stale*. Bad content raises ``ManifestError`` naming
-the file and line.
+matches no case of its backend in a run is *stale*, unless the run did not select the cases it
+may match (``-k``, a subset of modules): then it is *not run*. Bad content raises
+``ManifestError`` naming the file and line.
 """
 
 from __future__ import annotations

@@ -236,10 +236,12 @@ def _is_suite_test(metafunc) -> bool:
     return any(metafunc.definition.get_closest_marker(mark) for mark in ("clause", "op"))
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k/-m and --focus-declared-clauses deselect items
 def pytest_collection_modifyitems(config, items):
     if state(config) is None:
         return
     rerun.remember(config, items)
+    recorder.note_collection(config, items)
     if not config.getoption("focus_declared_clauses"):
         return
     kept, dropped = [], []

@@ -23,6 +23,7 @@ from conformance.results import Case, ExpectationVerdict, Failure, Outcome
 
 INFO = "opconform"  # user_properties key: the case's backend, device, op, clauses, dtype
 CASE = "opconform_case"  # user_properties key: failure and expectation verdict of the case
+COLLECTED = "opconform_collected"  # xdist workeroutput key: what the worker collected (note_collection)
 
 
 def dtype_name(dtype) -> str | None:
@@ -61,6 +62,23 @@ def case_info(item) -> dict:
     # Every entry that may apply (also "maybe": same but for an unknown dtype), for staleness.
     info["expectations"] = [e.id for e in matching(item.config, item.nodeid, info, "yes", "maybe")]
     return info
+
+
+def note_collection(config, items) -> None:
+    """Record what the run collected before any deselection (``-k``, ``-m``,
+    ``--focus-declared-clauses``): the manifest entries its items may match, their clauses and
+    module files. A manifest entry is stale only against these (``expectation_status``); xdist
+    workers send them to the controlling process in their ``workeroutput``."""
+    entries, clauses, files = set(), set(), set()
+    for item in items:
+        info = case_info(item)
+        entries.update(info["expectations"])
+        clauses.update(info["clauses"])
+        files.add(item.nodeid.partition("::")[0].replace("\\", "/").rsplit("/", 1)[-1])
+    collected = {"entries": sorted(entries), "clauses": sorted(clauses), "files": sorted(files)}
+    state(config).collected = collected
+    if hasattr(config, "workeroutput"):
+        config.workeroutput[COLLECTED] = collected
 
 
 def unsupported_entry(item, info: dict):
@@ -167,6 +185,14 @@ class ResultsRecorder:
             (CASE, {"outcome": Outcome.CRASH.value}),
         ]
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        """A pytest-xdist worker finished: merge what it collected (note_collection)."""
+        sent = getattr(node, "workeroutput", {}).get(COLLECTED)
+        if sent:
+            mine = self.run.collected or {}
+            self.run.collected = {key: sorted({*mine.get(key, ()), *sent[key]}) for key in sent}
+
     def pytest_runtest_logreport(self, report):
         properties = dict(report.user_properties)
         info = properties.get(INFO)
@@ -200,8 +226,9 @@ class ResultsRecorder:
                 case.outcome = Outcome.NOT_IMPLEMENTED
         elif report.failed:
             case.message = report.longreprtext[-4000:]
-            if case.outcome is Outcome.CRASH:
-                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), error=case.message)
+            if case.outcome is Outcome.CRASH:  # the error is xdist's last line: "worker 'gw1' crashed ..."
+                error = case.message.strip().splitlines()[-1] if case.message.strip() else None
+                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), error=error)
             elif case.failure is None:  # a setup or teardown error
                 case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid))
         self.results.append(case)
@@ -226,7 +253,7 @@ class ResultsRecorder:
             elif entry.backend not in backends or (entry.device and (entry.device not in devices or absent)):
                 data["status"] = "not applicable"
             elif verdicts is None:
-                data["status"] = "stale"
+                data["status"] = "not run" if self.deselected(entry) else "stale"
             elif "unexpected pass" in verdicts and not {"expected", "exceeds bound"} & set(verdicts):
                 data["status"] = "unexpected pass"
             elif verdicts:
@@ -235,6 +262,19 @@ class ResultsRecorder:
                 data["status"] = "matched"
             status.append(data)
         return status
+
+    def deselected(self, entry) -> bool:
+        """Whether ``entry``, matching no case that ran, may match a case this run did not select:
+        it matches a collected case that ``-k`` (or another filter) deselected, or the run did not
+        collect its clause's properties or its test's module. (Unknown collection: False.)"""
+        collected = self.run.collected
+        if collected is None:
+            return False
+        if entry.id in collected["entries"]:
+            return True
+        if entry.clause:
+            return entry.clause not in collected["clauses"]
+        return entry.test.partition("::")[0] not in collected["files"]
 
     @staticmethod
     def known_backends(selected: set[str]) -> set[str]:

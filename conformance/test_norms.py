@@ -46,6 +46,8 @@ def _compare(backend, device, op, recipe, clause: str) -> None:
             clause=clause,
             family=FAMILY,
             context=f"{describe(backend, device, op, eps=recipe.eps)}: {name}, x scale {recipe.scale:g}",
+            dtype=x.dtype,  # NORM-RMS, NORM-GEMMA, NORM-FUSED-ADD: the outputs have x's dtype
+            device=device,
         )
 
 
@@ -89,7 +91,8 @@ def test_fused_add_returns_norm_of_sum_and_sum(backend, device, op, recipe):
     )
     want = getattr(oracle, op)(x.cpu(), residual.cpu(), weight.cpu(), eps=recipe.eps)
     for name, a, e in zip(("normed", "new_residual"), out, want, strict=True):
-        assert_close(a, e, clause="NORM-FUSED-ADD", family=FAMILY, context=f"{context}: {name}")
+        assert_close(a, e, clause="NORM-FUSED-ADD", family=FAMILY, context=f"{context}: {name}",
+                     dtype=x.dtype, device=device)  # fmt: skip
     check(
         torch.equal(x, before[0]) and torch.equal(residual, before[1]),
         clause="NORM-FUSED-ADD",

@@ -1,0 +1,104 @@
+"""Backends that misbehave in one op each (loaded with --backend-module, like a user's), for
+tests/test_misbehaving_backends.py: every other op is absent, so it costs only its own cells."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from backends.native import NativeBackend
+
+RMS_NORM = NativeBackend.rms_norm
+SILU_AND_MUL = NativeBackend.silu_and_mul
+
+
+class OneOp:
+    """Available everywhere; implements only the op a subclass defines."""
+
+    name = "one-op"
+
+    def unavailable(self, device):
+        return None
+
+
+class Abort(OneOp):
+    name = "abort"
+
+    def rms_norm(self, x, weight, *, eps):
+        os.abort()
+
+
+class Hang(OneOp):
+    name = "hang"
+
+    def rms_norm(self, x, weight, *, eps):
+        while True:
+            time.sleep(3600)
+
+
+class Slow(OneOp):
+    """Sleeps past the per-case limit on its first call in a process, then is the native op."""
+
+    name = "slow"
+    slept = False
+
+    def rms_norm(self, x, weight, *, eps):
+        if not Slow.slept:
+            Slow.slept = True
+            time.sleep(60)
+        return RMS_NORM(x, weight, eps=eps)
+
+
+class Raises(OneOp):
+    name = "raises"
+
+    def rms_norm(self, x, weight, *, eps):
+        raise RuntimeError("kernel launch failed")
+
+
+class ReturnsNone(OneOp):
+    name = "returns-none"
+
+    def rms_norm(self, x, weight, *, eps):
+        return None
+
+
+class ReturnsList(OneOp):
+    name = "returns-list"
+
+    def rms_norm(self, x, weight, *, eps):
+        return RMS_NORM(x, weight, eps=eps).tolist()
+
+
+class ReturnsMeta(OneOp):
+    name = "returns-meta"
+
+    def rms_norm(self, x, weight, *, eps):
+        return torch.empty_like(x, device="meta")
+
+
+class WrongDtype(OneOp):
+    """The right values, computed and returned in float64 whatever x's dtype."""
+
+    name = "wrong-dtype"
+
+    def rms_norm(self, x, weight, *, eps):
+        return RMS_NORM(x.double(), weight.double(), eps=eps)
+
+
+class Aliasing(OneOp):
+    """The right values, written into x's gate half and returned as a view of x."""
+
+    name = "aliasing"
+
+    def silu_and_mul(self, x):
+        d = x.shape[-1] // 2
+        out = x[..., :d]
+        out.copy_(SILU_AND_MUL(x))
+        return out
+
+
+ALL = [Abort(), Hang(), Slow(), Raises(), ReturnsNone(), ReturnsList(), ReturnsMeta(), WrongDtype()]
+ALL.append(Aliasing())

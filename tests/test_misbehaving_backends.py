@@ -1,0 +1,150 @@
+"""A catalogue of misbehaving backends (tests/misbehaving_backends.py) through `opconform run`, as a
+user would run them: each costs only its own cells, with the exact outcome, cell and exit status."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opconform import render, report
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+# diffusers is selected for its built-in manifest only: -k deselects its cases (no diffusers import).
+SELECTION = (
+    "(test_rms_norm_matches_oracle or (test_gated_input_not_modified and silu_and_mul)) and not diffusers"
+)
+BROKEN = ("crash", "timeout", "failed")  # outcomes, as report.json records them
+NORM = "test_norms.py::test_rms_norm_matches_oracle"
+PURE = "test_activations.py::test_gated_input_not_modified"
+# backend -> (test, outcome, clause row of its cell, the cell, words of its one-line failure)
+EXPECTED = {
+    "abort": (NORM, "crash", report.NO_CLAUSE, "crash 1/1", "worker 'gw"),
+    "hang": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 5 s"),
+    "slow": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 5 s"),
+    "raises": (NORM, "failed", "NORM-RMS", "fail 1/1", "RuntimeError: kernel launch failed"),
+    "returns-none": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned None; expected a tensor of shape"),
+    "returns-list": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned a list of "),
+    "returns-meta": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned a meta tensor (no data): "),
+    "wrong-dtype": (NORM, "failed", "NORM-RMS", "fail 1/1", "dtype torch.float64 on cpu; expected a "),
+    "aliasing": (PURE, "failed", "ACT-PURE", "fail 1/1", ": the input was modified in place"),
+}
+# A manifest for returns-none: an entry of a clause that -k deselected is not stale; a typo is.
+MANIFEST = """\
+backend = "returns-none"
+
+[[expect]]
+clause = "NORM-GEMMA"
+reason = "bug"
+issue = "https://example.org/opconform/issues/12"
+
+[[expect]]
+test = "test_norms.py::test_no_such_property*"
+reason = "intermittent"
+"""
+
+
+def opconform_run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    path = os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    command = [sys.executable, "-m", "opconform.cli", "run", "--device", "cpu", "--out", str(cwd / "out")]
+    command += args
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def one_line(case: dict) -> str:
+    """The failure's one line: the raised error, or the ConformanceError line of the message."""
+    error = (case.get("failure") or {}).get("error")
+    if error:
+        return error
+    lines = [line for line in (case.get("message") or "").splitlines() if "ConformanceError: [" in line]
+    return lines[0].split("ConformanceError: ", 1)[1] if lines else ""
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory):
+    """One `opconform run -n 2 --timeout 5` of every in-process misbehaving backend (and diffusers,
+    whose built-in manifest entry's clause -k deselects)."""
+    cwd = tmp_path_factory.mktemp("misbehaving")
+    (cwd / "returns-none.toml").write_text(MANIFEST)
+    proc = opconform_run(
+        cwd, "--backend-module", "misbehaving_backends:ALL", "--backend", "diffusers",
+        "-n", "2", "--timeout", "5", "--expectations", str(cwd / "returns-none.toml"),
+        "--", "-k", SELECTION, "--hypothesis-profile=opconform-ci-noshrink",
+    )  # fmt: skip
+    path = cwd / "out" / "report.json"
+    assert path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, report.load(path)
+
+
+def test_each_misbehaviour_is_its_outcome_in_its_own_cell(catalogue):
+    """abort -> crash (CRASH, no clause: the worker died), hang/slow -> timeout, a RuntimeError or
+    None/list/meta/float64 for float32 -> NORM-RMS failures saying what came back, writing into x
+    -> ACT-PURE; the run exits 1. (wrong-dtype passed: the property compared values only.)"""
+    proc, document = catalogue
+    matrix = report.build_matrix(document)
+    seen, table = {}, []
+    for backend, (test, *_) in EXPECTED.items():
+        (case,) = [c for c in document["results"] if c["backend"] == backend and test in c["nodeid"]]
+        row = (case["clauses"] or [report.NO_CLAUSE])[0]
+        cell = matrix.cell(row, f"{backend}@cpu")
+        counts = cell.counts
+        shown = f"{cell.state} {counts[cell.state]}/{sum(counts.values())}"
+        seen[backend] = (test, case["outcome"], row, shown)
+        table.append(f"{backend:14} {case['outcome']:9} {row:12} {seen[backend][3]:12} {one_line(case)[:90]}")
+    message = "\n".join(["exit status " + str(proc.returncode), *table, proc.stderr[-2000:]])
+    assert seen == {backend: expected[:4] for backend, expected in EXPECTED.items()}, message
+    for backend, (*_, words) in EXPECTED.items():
+        (case,) = [c for c in document["results"] if c["backend"] == backend and c["outcome"] in BROKEN]
+        line = one_line(case)
+        assert words in line and "\n" not in line, f"{backend}: {line!r}\n{message}"
+        clause = None if EXPECTED[backend][2] == report.NO_CLAUSE else EXPECTED[backend][2]
+        assert case["failure"]["clause"] == clause, f"{backend}: {case['failure']}"
+    # Every other case of these backends is "not implemented", never a stray failure.
+    others = {c["outcome"] for c in document["results"] if c["outcome"] not in BROKEN}
+    assert others == {"not implemented"}, message
+    assert proc.returncode == 1 and document["exitstatus"] == 1, message
+
+
+def test_timeout_and_crash_are_cells_and_regressions(catalogue):
+    """TIMEOUT and CRASH cells in the text matrix; neither conforms, and each is a new failure in
+    diff against a passing run."""
+    _, document = catalogue
+    text = render.text(document)
+    assert "TIMEOUT 1/1" in text and "CRASH 1/1" in text, text
+    assert not report.conforms(document)
+    before = {**document, "results": [{**r, "outcome": "passed"} for r in document["results"]]}
+    regressions = {r["column"].split("@")[0] for r in report.diff(before, document)["new failures"]}
+    assert regressions == set(EXPECTED), regressions
+
+
+def test_deselected_manifest_entries_are_not_stale(catalogue):
+    """With -k (here under -n 2: the workers collect) an entry whose clause's cases were all
+    deselected is "not run": diffusers' built-in DPM-SDE3 entry (no scheduler case ran) and a
+    user's NORM-GEMMA entry were "stale" (remove them). An entry matching no collected test is."""
+    _, document = catalogue
+    status = {(e["backend"], e.get("clause") or e["test"]): e["status"] for e in document["expectations"]
+              if e["backend"] in ("returns-none", "diffusers")}  # fmt: skip
+    assert status == {
+        ("diffusers", "DPM-SDE3"): "not run",
+        ("returns-none", "NORM-GEMMA"): "not run",
+        ("returns-none", "test_norms.py::test_no_such_property*"): "stale",
+    }, status
+
+
+def test_backend_module_with_a_syntax_error_is_a_usage_error(tmp_path):
+    """A backend module that raises SyntaxError on import stops `opconform run` with exit 2 and
+    one line naming the module and the exception (never a traceback)."""
+    proc = opconform_run(tmp_path, "--backend-module", "misbehaving_import_error")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
+    assert errors == [
+        "ERROR: --backend-module misbehaving_import_error: importing it raised SyntaxError: invalid syntax "
+        "(misbehaving_import_error.py, line 1)"
+    ], proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out" / "report.json").exists()
