@@ -23,6 +23,7 @@ OPTIONS = (
     ("opconform_json", None),
     ("opconform_expectations", []),
     ("opconform_timeout", None),
+    ("opconform_backend_maxfail", None),
     ("focus_declared_clauses", False),
 )
 # Top-level packages of the distribution that a user's project may shadow (their names are fixed).

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from conformance import activation, profiles, recorder, rerun, spec_index
+from conformance import activation, failfast, profiles, recorder, rerun, spec_index
 from conformance import expectations as manifests
 from conformance.activation import state
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
@@ -93,6 +93,13 @@ def pytest_addoption(parser):
         metavar="SECONDS",
         help="per-case time limit: a case still running after SECONDS is stopped and reported as "
         "'timeout' (needs SIGALRM: Unix, main thread)",
+    )
+    group.addoption(
+        "--opconform-backend-maxfail",
+        type=int,
+        default=None,
+        metavar="N",
+        help="after N failed cases of a backend, skip its remaining cases (conformance/failfast.py)",
     )
     group.addoption(
         "--opconform-expectations",
@@ -352,6 +359,7 @@ def pytest_runtest_makereport(item, call):
         return report
     if call.when == "call" and not report.skipped and recorder.INFO in dict(item.user_properties):
         recorder.record_call(item, call, report)
+    failfast.note(item.config, getattr(getattr(item, "callspec", None), "params", {}).get("backend"), report)
     return report
 
 
@@ -373,6 +381,9 @@ def pytest_runtest_setup(item):
     label = recorder.unsupported_entry(item, info) if info else None
     if label:
         pytest.skip(label)
+    reason = failfast.skip_reason(item.config, backend)
+    if reason:
+        pytest.skip(reason)
     if device is not None:
         reason = backend.unavailable(device)
         if reason:

@@ -24,8 +24,8 @@ PURE = "test_activations.py::test_gated_input_not_modified"
 # backend -> (test, outcome, clause row of its cell, the cell, words of its one-line failure)
 EXPECTED = {
     "abort": (NORM, "crash", report.NO_CLAUSE, "crash 1/1", "worker 'gw"),
-    "hang": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 5 s"),
-    "slow": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 5 s"),
+    "hang": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 2 s"),
+    "slow": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 2 s"),
     "raises": (NORM, "failed", "NORM-RMS", "fail 1/1", "RuntimeError: kernel launch failed"),
     "returns-none": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned None; expected a tensor of shape"),
     "returns-list": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned a list of "),
@@ -68,13 +68,13 @@ def one_line(case: dict) -> str:
 
 @pytest.fixture(scope="module")
 def catalogue(tmp_path_factory):
-    """One `opconform run -n 2 --timeout 5` of every in-process misbehaving backend (and diffusers,
+    """One `opconform run -n 2 --timeout 2` of every in-process misbehaving backend (and diffusers,
     whose built-in manifest entry's clause -k deselects)."""
     cwd = tmp_path_factory.mktemp("misbehaving")
     (cwd / "returns-none.toml").write_text(MANIFEST)
     proc = opconform_run(
         cwd, "--backend-module", "misbehaving_backends:ALL", "--backend", "diffusers",
-        "-n", "2", "--timeout", "5", "--expectations", str(cwd / "returns-none.toml"),
+        "-n", "2", "--timeout", "2", "--expectations", str(cwd / "returns-none.toml"),
         "--", "-k", SELECTION, "--hypothesis-profile=opconform-ci-noshrink",
     )  # fmt: skip
     path = cwd / "out" / "report.json"

@@ -2,7 +2,8 @@
 
 Each family's mutants run in one pytest subprocess (opconform.mutation.run_batch, the runner of
 `opconform mutants`) in the ci profile's examples, restricted with --focus-declared-clauses to the
-properties of each mutant's declared clauses (the full kill matrix is `opconform mutants`).
+properties of each mutant's declared clauses and stopped at each mutant's first failure
+(--opconform-backend-maxfail=1); the full kill matrix is `opconform mutants`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 import pytest
 
 from conformance import spec_index
+from conformance.results import Outcome
 from opconform import mutation
 
 FAMILIES = [name.split(".", 1)[1] for name in mutation.families()]
@@ -38,8 +40,12 @@ def test_catalogue_is_documented():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_mutant_is_killed_by_a_declared_clause(family, tmp_path):
     """One subprocess per family: each mutant fails, and a failure breaks one of its clauses."""
-    document = mutation.run_batch(f"mutants.{family}", profile="ci-noshrink", workdir=tmp_path,
-                                  extra=["--focus-declared-clauses"])  # fmt: skip
+    extra = ["--focus-declared-clauses", "--opconform-backend-maxfail=1"]  # a kill needs one failure
+    document = mutation.run_batch(f"mutants.{family}", profile="ci-noshrink", workdir=tmp_path, extra=extra)
     verdicts = mutation.verdicts(f"mutants.{family}", document)
     wrong = {v.mutant: (v.expected, v.killing_clauses) for v in verdicts if not (v.killed and v.right_clause)}
     assert not wrong, f"mutant -> (declared clauses, clauses that failed): {wrong}"
+    # Fail-fast did its job: no mutant has a second failure, and cases after the first were skipped.
+    failures = [c.backend for c in document.results if c.outcome == Outcome.FAILED]
+    assert len(failures) == len(set(failures)), f"a mutant failed twice despite maxfail 1: {failures}"
+    assert any("--opconform-backend-maxfail=1" in (c.reason or "") for c in document.results)
