@@ -8,6 +8,7 @@ one tests the kernels where an NPU is present. torch_npu is imported only inside
 
 from __future__ import annotations
 
+import functools
 import importlib
 import types
 from collections.abc import Callable
@@ -50,10 +51,16 @@ def load_emulator() -> types.ModuleType:
     return importlib.import_module("backends.npu_emulator")
 
 
-def compressed_causal_mask(device) -> torch.Tensor:
-    """The 2048x2048 mask FIA's sparse modes 2-4 require: True strictly above the diagonal."""
+@functools.cache
+def _compressed_causal_mask(device: torch.device) -> torch.Tensor:
     size = FIA_COMPRESSED_MASK_SIZE
     return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
+
+
+def compressed_causal_mask(device) -> torch.Tensor:
+    """The 2048x2048 mask FIA's sparse modes 2-4 require: True strictly above the diagonal. Built
+    once per device (4M elements per call was most of a small emulated call); FIA only reads it."""
+    return _compressed_causal_mask(torch.device(device))
 
 
 def fia_heads(q, k) -> dict:

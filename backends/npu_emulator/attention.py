@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import torch
 
+from backends.npu_emulator.compressed_mask import is_compressed_mask
 from backends.npu_emulator.paged_attention import fia_tnd_paged
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -62,10 +63,9 @@ def _lengths(value, batch: int, default: int, name: str) -> torch.Tensor:
 
 
 def _check_compressed_mask(atten_mask) -> None:
-    want = torch.ones(COMPRESSED_MASK_SIZE, COMPRESSED_MASK_SIZE, dtype=torch.bool).triu(1)
     if atten_mask is None or tuple(atten_mask.shape) != (COMPRESSED_MASK_SIZE, COMPRESSED_MASK_SIZE):
         _fail(f"sparse_mode 2/3/4 needs the compressed {COMPRESSED_MASK_SIZE}x{COMPRESSED_MASK_SIZE} mask")
-    if not torch.equal(atten_mask.cpu().bool(), want):
+    if not is_compressed_mask(atten_mask):
         _fail("the compressed mask must be True exactly strictly above the diagonal")
 
 
