@@ -68,13 +68,14 @@ def one_line(case: dict) -> str:
 
 @pytest.fixture(scope="module")
 def catalogue(tmp_path_factory):
-    """One `opconform run -n 2 --timeout 2` of every in-process misbehaving backend (and diffusers,
+    """One `opconform run -n 1 --timeout 2` (one supervised xdist worker: an abort costs only its
+    case) of every in-process misbehaving backend (and diffusers,
     whose built-in manifest entry's clause -k deselects)."""
     cwd = tmp_path_factory.mktemp("misbehaving")
     (cwd / "returns-none.toml").write_text(MANIFEST)
     proc = opconform_run(
         cwd, "--backend-module", "misbehaving_backends:ALL", "--backend", "diffusers",
-        "-n", "2", "--timeout", "2", "--expectations", str(cwd / "returns-none.toml"),
+        "-n", "1", "--timeout", "2", "--expectations", str(cwd / "returns-none.toml"),
         "--", "-k", SELECTION, "--hypothesis-profile=opconform-ci-noshrink",
     )  # fmt: skip
     path = cwd / "out" / "report.json"
@@ -124,7 +125,7 @@ def test_timeout_and_crash_are_cells_and_regressions(catalogue):
 
 
 def test_deselected_manifest_entries_are_not_stale(catalogue):
-    """With -k (here under -n 2: the workers collect) an entry whose clause's cases were all
+    """With -k (here under -n 1: the worker collects) an entry whose clause's cases were all
     deselected is "not run": diffusers' built-in DPM-SDE3 entry (no scheduler case ran) and a
     user's NORM-GEMMA entry were "stale" (remove them). An entry matching no collected test is."""
     _, document = catalogue
