@@ -8,8 +8,10 @@ runs it through ``torch.compile(dynamic=True)``. Neither implements the free-for
 nothing the window mask_mod does not test). To keep compiles per dtype, not per example:
 - one ``mask_mod`` code object serves prefill and decode; every per-example value (query
   positions, key validity, the window) is a captured tensor, never a Python constant;
-- a query or key length of 1 (decode; prefill of one token) is padded to 2 (a copied query
-  row, an invalid key), because length 1 is a separate specialization of the compiled kernel.
+- no size is 1 (``_no_size_one``): a batch or a single k/v head is doubled, a query or key
+  length of 1 (decode; prefill of one token) padded to 2 (a copied query row, an invalid key),
+  because 1 is a separate specialization, and eager flex_attention traces through
+  torch.compile too (backend "eager"): one 0.5 s trace per specialization and dtype.
 torch is imported normally; flex_attention is imported lazily so a torch without it is a skip.
 
 Serving (spec/serving.md, SERVE) is one packed call for the whole ragged batch: q is
@@ -162,6 +164,25 @@ def _pad(t: torch.Tensor, dim: int, length: int, value=0) -> torch.Tensor:
     return torch.cat([t, t.new_full(shape, value)], dim=dim)
 
 
+def _no_size_one(q, k, v, query_pos, key_valid):
+    """Inputs of ``FlexBackend._run`` with no batch, head or length of 1; the caller slices the
+    output back. flex_attention runs through torch.compile even eagerly (backend "eager"), and
+    a size of 1 is a separate specialization: each one a new trace of about 0.5 s (70 traces in
+    one run of the attention and serving properties, measured). A batch or a single k/v head
+    is doubled (the copy of query head h reads the copy of its k/v head: the GQA mapping holds);
+    a query length of 1 gets a copied query row, a key length of 1 an invalid zero key."""
+    if q.shape[0] == 1:
+        q, k, v, query_pos, key_valid = (torch.cat([t, t]) for t in (q, k, v, query_pos, key_valid))
+    if k.shape[1] == 1:
+        q, k, v = (torch.cat([t, t], dim=1) for t in (q, k, v))
+    if q.shape[2] == 1:
+        q, query_pos = q.expand(-1, -1, 2, -1).contiguous(), query_pos.expand(-1, 2)
+    if k.shape[2] == 1:
+        k, v = (torch.cat([t, torch.zeros_like(t)], dim=2) for t in (k, v))
+        key_valid = torch.cat([key_valid, torch.zeros_like(key_valid)], dim=1)
+    return q, k, v, query_pos, key_valid
+
+
 def _unspecialized_length(length: int, static: set[int]) -> int:
     """The least length >= ``length`` of the form 128 (n - 1) + 1 (n sparse blocks) with n >= 2
     and n not in ``static``, so neither the length nor its block count meets a static size."""
@@ -232,36 +253,25 @@ class FlexBackend:
         return dense[0, 0] if padding_mask is None else dense
 
     def _run(self, q, k, v, query_pos, key_valid, window, *, scale):
-        """flex_attention of window_mask_mod. Compiled: lengths of 1 are padded to 2 (a copied
-        query row, an invalid zero key), since length 1 is a separate kernel specialization."""
+        """flex_attention of window_mask_mod, with no size of 1 (``_no_size_one``)."""
         flex = _flex()
-        q_len, kv_len = q.shape[2], k.shape[2]
-        if self.compiled and q_len == 1:
-            q, query_pos = q.expand(-1, -1, 2, -1).contiguous(), query_pos.expand(-1, 2)
-        if self.compiled and kv_len == 1:
-            k, v = (torch.cat([t, torch.zeros_like(t)], dim=2) for t in (k, v))
-            key_valid = torch.cat([key_valid, torch.zeros_like(key_valid)], dim=1)
-        q_heads = q.shape[1]
-        if self.compiled and k.shape[1] == 1:
-            # torch 2.13 inductor emits C++ that does not compile for a single k/v head on CPU
-            # (CppCompileError: 'cur_kvSplitSize8' was not declared): duplicate all heads, which
-            # keeps the GQA mapping (query heads Hq..2Hq-1 read the copy), and drop the copy.
-            q, k, v = (torch.cat([t, t], dim=1) for t in (q, k, v))
+        batch, q_heads, q_len = q.shape[0], q.shape[1], q.shape[2]
+        q, k, v, query_pos, key_valid = _no_size_one(q, k, v, query_pos, key_valid)
         mask_mod = window_mask_mod(query_pos.contiguous(), key_valid.contiguous(), window)
         if not self.compiled:  # the mask_mod evaluated once and looked up: see paged_attention
             positions = [torch.arange(n, device=q.device) for n in (q.shape[0], q.shape[2], k.shape[2])]
-            batch, rows, keys = (
+            batch_idx, rows, keys = (
                 positions[0][:, None, None],
                 positions[1][None, :, None],
                 positions[2][None, None],
             )
-            dense = mask_mod(batch, None, rows, keys)
+            dense = mask_mod(batch_idx, None, rows, keys)
             mask_mod = _batched_lookup(dense)
         block_mask = flex.create_block_mask(
             mask_mod, q.shape[0], None, q.shape[2], k.shape[2], device=q.device
         )
         run = _compiled_flex_attention() if self.compiled else flex.flex_attention
-        return run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)[:, :q_heads, :q_len]
+        return run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)[:batch, :q_heads, :q_len]
 
     def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
         batch, q_len, sliding_window, padding_mask = validate_prefill_args(
@@ -312,6 +322,16 @@ class FlexBackend:
         k, v = _packed_kv(k_cache, layout["rows"]), _packed_kv(v_cache, layout["rows"])
         if self.compiled:
             q, k, v, sink = _compiled_shapes(q, k, v, sink, layout)
+        else:  # no size of 1, as in _no_size_one (the batch is always 1, the keys end with the sink)
+            if k.shape[1] == 1:
+                q, k, v = (torch.cat([t, t], dim=1) for t in (q, k, v))
+                sink = torch.cat([sink, sink])
+            if tokens == 1:
+                q = _pad(q, 2, 2)
+                layout["q_seq"], layout["q_pos"] = (
+                    _pad(layout["q_seq"], 0, 2, PAD_QUERY),
+                    _pad(layout["q_pos"], 0, 2),
+                )
         flags = (sinks is not None, meta.softcap is not None)
         sinks_on, cap_on = (torch.tensor(flag, device=device) for flag in flags)
         mask_mod = serving_mask_mod(
