@@ -8,13 +8,13 @@ pytest-xdist the workers share one copy through a lock in the session's common t
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from suite_runner import produced_once
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -89,12 +89,4 @@ def _produce(root: Path) -> dict:
 
 def shared_reports(tmp_path_factory) -> dict:
     """The runs' directories, exit codes and output; produced by the first worker that asks."""
-    base = tmp_path_factory.getbasetemp()
-    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "opconform-report-runs"
-    root.mkdir(exist_ok=True)
-    with open(root / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        index = root / "runs.json"
-        if not index.exists():
-            index.write_text(json.dumps(_produce(root)))
-        return json.loads(index.read_text())
+    return produced_once(tmp_path_factory, "opconform-report-runs", _produce)

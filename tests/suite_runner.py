@@ -6,11 +6,13 @@ through ``--backend-module`` and the outcome comes back through ``--opconform-js
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -75,3 +77,18 @@ def outcomes(document: dict, backend: str) -> dict[str, int]:
         if entry["backend"] == backend:
             counts[entry["outcome"]] += 1
     return dict(counts)
+
+
+def produced_once(tmp_path_factory, name: str, produce: Callable[[Path], dict]) -> dict:
+    """``produce(folder)``'s JSON-able result, computed once per test session: under pytest-xdist
+    the first worker that asks runs it (the others wait on a lock in the session's common temp
+    directory and read its result), so an expensive subprocess run is not repeated per worker."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
+    root.mkdir(exist_ok=True)
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        index = root / "result.json"
+        if not index.exists():
+            index.write_text(json.dumps(produce(root)))
+        return json.loads(index.read_text())

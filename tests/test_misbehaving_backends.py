@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from suite_runner import produced_once
 
 from opconform import render, report
 
@@ -66,21 +68,26 @@ def one_line(case: dict) -> str:
     return lines[0].split("ConformanceError: ", 1)[1] if lines else ""
 
 
-@pytest.fixture(scope="module")
-def catalogue(tmp_path_factory):
-    """One `opconform run -n 1 --timeout 2` (one supervised xdist worker: an abort costs only its
-    case) of every in-process misbehaving backend (and diffusers,
-    whose built-in manifest entry's clause -k deselects)."""
-    cwd = tmp_path_factory.mktemp("misbehaving")
+def _catalogue_run(cwd: Path) -> dict:
     (cwd / "returns-none.toml").write_text(MANIFEST)
     proc = opconform_run(
         cwd, "--backend-module", "misbehaving_backends:ALL", "--backend", "diffusers",
         "-n", "1", "--timeout", "2", "--expectations", str(cwd / "returns-none.toml"),
         "--", "-k", SELECTION, "--hypothesis-profile=opconform-ci-noshrink",
     )  # fmt: skip
-    path = cwd / "out" / "report.json"
-    assert path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc, report.load(path)
+    run = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+    return {**run, "report": str(cwd / "out" / "report.json")}
+
+
+@pytest.fixture(scope="module")
+def catalogue(tmp_path_factory):
+    """One `opconform run -n 1 --timeout 2` (one supervised xdist worker: an abort costs only its
+    case) of every in-process misbehaving backend (and diffusers, whose built-in manifest entry's
+    clause -k deselects); run once per session, whichever worker asks first."""
+    run = produced_once(tmp_path_factory, "opconform-misbehaving", _catalogue_run)
+    path = Path(run["report"])
+    assert path.exists(), run["stdout"][-3000:] + run["stderr"][-3000:]
+    return SimpleNamespace(**run), report.load(path)
 
 
 def test_each_misbehaviour_is_its_outcome_in_its_own_cell(catalogue):
