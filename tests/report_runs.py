@@ -67,7 +67,7 @@ def _produce(root: Path) -> dict:
     # --device cpu: the expected cells are the CPU columns; on a CUDA host the default would add
     # cuda columns (found on the first GPU run).
     common = ["--backend", "native", "--backend-module", "report_backends", "--profile", "ci"]
-    common += ["--device", "cpu"]
+    common += ["--device", "cpu", "-n", "0"]  # in this process: no case here needs a supervised worker
     started = time.perf_counter()
     procs = {}
     # The two runs are independent: run them side by side (most of each is importing torch).

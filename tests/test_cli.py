@@ -46,7 +46,7 @@ def test_help_merge_and_diff_run_without_torch(tmp_path):
         assert proc.returncode == code and words in proc.stdout, (argv, proc.stdout, proc.stderr)
 
 
-def test_run_passes_options_and_pytest_args_through(tmp_path):
+def test_run_passes_options_and_pytest_args_through(tmp_path, monkeypatch):
     """--backend/--device/--backend-module/--profile/-n and args after -- reach pytest."""
     args = _args("--backend", "native", "--device", "cpu", "--backend-module", "m:B", "--profile", "thorough",
                  "-n", "2", "--", "-k", "geglu", "-x")  # fmt: skip
@@ -56,6 +56,14 @@ def test_run_passes_options_and_pytest_args_through(tmp_path):
                 "--hypothesis-profile=opconform-thorough"]  # fmt: skip
     assert set(expected + [f"--opconform-json={tmp_path / 'r.json'}"]) <= set(command)
     assert command[-5:] == ["-n", "2", "-k", "geglu", "-x"]
+    default = run_command.pytest_command(_args(), tmp_path / "r.json")
+    assert default[default.index("-n") + 1] == "1"  # one supervised worker: a crash is a case's
+    real_find_spec = run_command.importlib.util.find_spec
+    monkeypatch.setattr(
+        run_command.importlib.util,
+        "find_spec",
+        lambda name: None if name == "xdist" else real_find_spec(name),
+    )
     assert "no:xdist" in run_command.pytest_command(_args(), tmp_path / "r.json")
 
 
@@ -173,7 +181,7 @@ def test_run_on_a_requested_absent_device_exits_3(tmp_path, device_type):
 
     if (device == "cuda" and torch.cuda.is_available()) or (device == "npu" and hasattr(torch, "npu")):
         pytest.skip(f"a {device} device may be present here")
-    proc = opconform("run", "--backend", "native", "--device", device, "--profile", "ci",
+    proc = opconform("run", "--backend", "native", "--device", device, "--profile", "ci", "-n", "0",
                      "--out", str(tmp_path), "--", "-k", "geglu_matches_oracle", cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"opconform run: requested device(s) absent: {device} (" in proc.stderr, proc.stderr
@@ -231,13 +239,15 @@ def test_run_usage_errors_and_warnings_reach_the_user(tmp_path):
     from report_runs import opconform
 
     (tmp_path / "broken_backend.py").write_text(BROKEN_MODULE)
-    proc = opconform("run", "--backend-module", "broken_backend", "--out", str(tmp_path / "a"), cwd=tmp_path)
+    proc = opconform(
+        "run", "--backend-module", "broken_backend", "-n", "0", "--out", str(tmp_path / "a"), cwd=tmp_path
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "INTERNALERROR" not in output, output[-3000:]
     assert "--backend-module broken_backend: importing it raised RuntimeError: the driver is gone" in output
     (tmp_path / "typo.toml").write_text(TYPO_MANIFEST)
     manifest = str(tmp_path / "typo.toml")
-    proc = opconform("run", "--backend", "native", "--device", "cpu", "--expectations", manifest,
+    proc = opconform("run", "--backend", "native", "--device", "cpu", "--expectations", manifest, "-n", "0",
                      "--out", str(tmp_path / "b"), "--", "-k", "geglu_matches_oracle",
                      cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -72,7 +72,7 @@ def _catalogue_run(cwd: Path) -> dict:
     (cwd / "returns-none.toml").write_text(MANIFEST)
     proc = opconform_run(
         cwd, "--backend-module", "misbehaving_backends:ALL", "--backend", "diffusers",
-        "-n", "1", "--timeout", "2", "--expectations", str(cwd / "returns-none.toml"),
+        "--timeout", "2", "--expectations", str(cwd / "returns-none.toml"),
         "--", "-k", SELECTION, "--hypothesis-profile=opconform-ci-noshrink",
     )  # fmt: skip
     run = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
@@ -81,8 +81,8 @@ def _catalogue_run(cwd: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def catalogue(tmp_path_factory):
-    """One `opconform run -n 1 --timeout 2` (one supervised xdist worker: an abort costs only its
-    case) of every in-process misbehaving backend (and diffusers, whose built-in manifest entry's
+    """One `opconform run --timeout 2` (without -n: one supervised xdist worker, so an abort costs
+    only its case) of every in-process misbehaving backend (and diffusers, whose built-in manifest entry's
     clause -k deselects); run once per session, whichever worker asks first."""
     run = produced_once(tmp_path_factory, "opconform-misbehaving", _catalogue_run)
     path = Path(run["report"])
@@ -148,7 +148,7 @@ def test_deselected_manifest_entries_are_not_stale(catalogue):
 def test_backend_module_with_a_syntax_error_is_a_usage_error(tmp_path):
     """A backend module that raises SyntaxError on import stops `opconform run` with exit 2 and
     one line naming the module and the exception (never a traceback)."""
-    proc = opconform_run(tmp_path, "--backend-module", "misbehaving_import_error")
+    proc = opconform_run(tmp_path, "--backend-module", "misbehaving_import_error", "-n", "0")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR:")]
     assert errors == [

@@ -35,7 +35,7 @@ def test_rerun_line_works_from_the_start_folder_with_filters_and_skip_reasons(tm
     The run outside the checkout gets the suite's warning filters and -ra (skip reasons)."""
     (tmp_path / "noisy_norms.py").write_text(NOISY_BACKEND)
     proc = opconform("run", "--backend-module", "noisy_norms", "--device", "cpu", "--profile", "ci",
-                     "--out", str(tmp_path / "out"), "--", "-k", "rms_norm_matches_oracle",
+                     "-n", "0", "--out", str(tmp_path / "out"), "--", "-k", "rms_norm_matches_oracle",
                      cwd=tmp_path)  # fmt: skip
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-3000:]

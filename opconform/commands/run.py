@@ -76,9 +76,30 @@ def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
         command.append(f"--hypothesis-profile=opconform-{args.profile}")
     if args.workers is not None:
         command += ["-n", str(args.workers)]
+    elif importlib.util.find_spec("xdist") is not None:
+        # One supervised worker: a case that kills its process (an aborting kernel) is a crash
+        # and the worker restarts; run in this process, the run would die without a report.
+        command += ["-n", "1"]
     else:
         command += ["-p", "no:xdist"]
     return command + list(args.pytest_args)
+
+
+def run_pytest(command: list[str]) -> int:
+    """Run pytest; on Ctrl-C (SIGINT reaches pytest too, as the terminal's process group) wait for
+    it to write the partial report rather than kill it as ``subprocess.call`` would. A second
+    Ctrl-C kills it (no report)."""
+    proc = subprocess.Popen(command)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        print("opconform run: interrupted: waiting for pytest to write the partial report "
+              "(Ctrl-C again to stop it)", file=sys.stderr)  # fmt: skip
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.kill()
+        return proc.wait()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,8 +118,11 @@ def run(args: argparse.Namespace) -> int:
     report_json = (out / "report.json").resolve()
     report_json.unlink(missing_ok=True)
     command = pytest_command(args, report_json)
+    if args.workers is None and "-n" not in command:
+        print("opconform run: pytest-xdist is not installed: the cases run in one process, and a backend "
+              "that kills it ends the run without a report", file=sys.stderr)  # fmt: skip
     print("opconform run:", " ".join(command), flush=True)
-    returncode = subprocess.call(command)  # pytest shows the progress
+    returncode = run_pytest(command)  # pytest shows the progress
     if not report_json.exists():
         if returncode == PYTEST_USAGE_ERROR:  # pytest printed the one-line reason above
             print("opconform run: usage error (see pytest's ERROR line above)", file=sys.stderr)
