@@ -202,7 +202,8 @@ def activate(config) -> None:
     profile = profiles.for_suite(config.getoption("hypothesis_profile", None))
     if profile != config.getoption("hypothesis_profile", None):
         # Loaded before the suite's modules are imported, so @settings there inherit it.
-        settings.load_profile(profile)
+        verbosity = config.getoption("hypothesis_verbosity", None)
+        settings.load_profile(profiles.with_verbosity(profile, verbosity))
     run = activation.State(_select_backends(config), _select_devices(config), profile=profile)
     if config.getoption("device"):  # devices asked for by name that are absent: the run must not pass
         run.absent = {d: absent_reason(d) for d in run.devices if absent_reason(d)}

@@ -89,6 +89,17 @@ def for_suite(name: str | None) -> str:
     return PREFIX + name if name in SHORT_NAMES and registered(PREFIX + name) else name
 
 
+def with_verbosity(name: str, verbosity: str | None) -> str:
+    """``name``, or a profile derived from it with ``--hypothesis-verbosity``'s value, registered the
+    way Hypothesis's plugin does (``NAME-with-VERBOSITY-verbosity``): loading the suite's profile
+    after Hypothesis applied the option would otherwise drop it."""
+    if not verbosity or settings.get_profile(name).verbosity.name == verbosity:
+        return name
+    derived = f"{name}-with-{verbosity}-verbosity"
+    settings.register_profile(derived, parent=settings.get_profile(name), verbosity=Verbosity[verbosity])
+    return derived
+
+
 def known() -> list[str]:
     """The suite's registered profiles (Hypothesis has no public list of every profile)."""
     return [PREFIX + n for n in SHORT_NAMES if registered(PREFIX + n)]

@@ -51,7 +51,7 @@ def serial(outside, tmp_path_factory):
         tmp_path_factory.mktemp("serial"),
         paths=SELECTION[:1],
         modules=["user_backends:ALL"],
-        extra=[*SELECTION[1:], "--device", "cpu", "--device", "cuda"],
+        extra=[*SELECTION[1:], "--device", "cpu", "--device", "cuda", "--hypothesis-verbosity=quiet"],
         pythonpath=[outside],
     )
 
@@ -101,6 +101,12 @@ def test_results_record_clauses(serial):
     """Every recorded case names its clauses."""
     assert all(e["clauses"] for e in serial["results"])
     assert {c for e in serial["results"] for c in e["clauses"]} == {"ACT-GEGLU", "ACT-ERRORS"}
+
+
+def test_hypothesis_verbosity_survives_the_suites_profile(serial):
+    """--hypothesis-verbosity with the short profile name ci: the suite loaded opconform-ci after
+    Hypothesis had applied the verbosity to its own ci profile, and the verbosity was lost."""
+    assert serial["profile"] == "opconform-ci-with-quiet-verbosity", serial["profile"]
 
 
 def test_xdist_gives_the_serial_results(serial, outside, tmp_path):
