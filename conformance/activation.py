@@ -39,7 +39,8 @@ class State:
     absent: dict[str, str] = field(default_factory=dict)  # requested devices that are absent: reason
     clauses: dict = field(default_factory=dict)
     expectations: list = field(default_factory=list)
-    profile: str | None = None
+    profile: str | None = None  # the suite's profile (rerun lines carry it)
+    loaded_profile: str | None = None  # the one loaded for its tests (with --hypothesis-verbosity)
     # What the run collected before deselection (recorder.note_collection); None until known.
     collected: dict | None = None
 

@@ -200,11 +200,14 @@ def activate(config) -> None:
         return
     activation.check_not_shadowed()
     profile = profiles.for_suite(config.getoption("hypothesis_profile", None))
+    loaded = settings.get_current_profile_name()  # --hypothesis-profile's, with its verbosity
     if profile != config.getoption("hypothesis_profile", None):
-        # Loaded before the suite's modules are imported, so @settings there inherit it.
-        verbosity = config.getoption("hypothesis_verbosity", None)
-        settings.load_profile(profiles.with_verbosity(profile, verbosity))
+        loaded = profiles.with_verbosity(profile, config.getoption("hypothesis_verbosity", None))
+    # Loaded only while the suite's modules are collected and its tests run (SuiteProfile).
+    scope = profiles.SuiteProfile(loaded, activation.is_suite_module)
+    config.pluginmanager.register(scope, "opconform-profile")
     run = activation.State(_select_backends(config), _select_devices(config), profile=profile)
+    run.loaded_profile = loaded
     if config.getoption("device"):  # devices asked for by name that are absent: the run must not pass
         run.absent = {d: absent_reason(d) for d in run.devices if absent_reason(d)}
     try:

@@ -9,8 +9,10 @@ suite (``for_suite``); in any other run ``ci`` stays whatever Hypothesis or the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 
+import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.errors import InvalidArgument
 
@@ -103,3 +105,36 @@ def with_verbosity(name: str, verbosity: str | None) -> str:
 def known() -> list[str]:
     """The suite's registered profiles (Hypothesis has no public list of every profile)."""
     return [PREFIX + n for n in SHORT_NAMES if registered(PREFIX + n)]
+
+
+class SuiteProfile:
+    """Registered as a plugin when the suite activates: the suite's profile is loaded while one of
+    its modules is collected (so the module's ``@settings`` inherit it) and while one of its tests
+    runs, and the profile loaded before is restored after each, so a user's tests collected or run
+    in the same session keep their own profile."""
+
+    def __init__(self, name: str, is_suite_path):
+        self.name = name
+        self.is_suite_path = is_suite_path
+
+    @contextlib.contextmanager
+    def _loaded(self):
+        previous = settings.get_current_profile_name()
+        settings.load_profile(self.name)
+        try:
+            yield
+        finally:
+            settings.load_profile(previous)
+
+    def _scope(self, path, applies: bool = True):
+        return self._loaded() if applies and self.is_suite_path(path) else contextlib.nullcontext()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector):
+        with self._scope(collector.path, isinstance(collector, pytest.Module)):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        with self._scope(item.path):
+            return (yield)

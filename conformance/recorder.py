@@ -158,6 +158,15 @@ def record_call(item, call, report) -> None:
     report.user_properties = [*report.user_properties, (CASE, case)]
 
 
+def incomplete_warning(exitstatus: int) -> list[str]:
+    """The warning of a run that did not complete: interrupted (Ctrl-C), or pytest's internal error."""
+    if exitstatus not in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR):
+        return []
+    why = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else "an internal error"
+    return [f"incomplete run: pytest stopped ({why}, exit status {int(exitstatus)}); the cases that had "
+            "not finished are not in this report"]  # fmt: skip
+
+
 class ResultsRecorder:
     """Collects each case's outcome on the controlling process (xdist workers forward reports)."""
 
@@ -318,10 +327,10 @@ class ResultsRecorder:
                 "python": sys.version.split()[0],
                 "torch": torch.__version__,
                 "hypothesis": hypothesis_version,
-                "profile": settings.get_current_profile_name(),
+                "profile": self.run.loaded_profile or settings.get_current_profile_name(),
                 "args": list(self.config.invocation_params.args),
                 "absent_devices": dict(self.run.absent),
-                "warnings": self.warnings(expectations),
+                "warnings": self.warnings(expectations) + incomplete_warning(exitstatus),
             },
             backends=[b.name for b in self.run.backends],
             devices=self.run.devices,

@@ -8,6 +8,7 @@ settings must run exactly as without it, and a run of the suite that such a proj
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -136,11 +137,14 @@ def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path):
 
 
 def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path):
-    """In a run that asks for the suite (--backend native), a user's own test that takes an
-    argument named `backend` but is not marked clause/op keeps its own fixture."""
+    """In a run that asks for the suite (--backend native) and collects one of its modules, a
+    user's own test that takes an argument named `backend` but is not marked clause/op keeps its
+    own fixture, and the user's tests keep Hypothesis's profile: the suite's was loaded for the
+    whole session once the plugin activated."""
     (tmp_path / "test_own.py").write_text(
         textwrap.dedent("""
         import pytest
+        from hypothesis import given, settings, strategies as st
 
 
         @pytest.fixture
@@ -150,11 +154,22 @@ def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path):
 
         def test_own(backend):
             assert backend == "own"
+            assert settings.get_current_profile_name() == "default"
+
+
+        @given(st.integers())
+        def test_own_given(x):
+            assert settings.default.max_examples == 100
         """)
     )
-    proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--backend", "native")
-    assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    report = tmp_path / "report.json"
+    proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--backend", "native", f"--opconform-json={report}",
+                     "--pyargs", "conformance.test_norms", "test_own.py",
+                     "-k", "test_own or test_rms_norm_matches_oracle")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert counts(proc).get("passed") == 3 and "failed" not in counts(proc), proc.stdout
     assert "test_own[" not in proc.stdout, proc.stdout
+    assert json.loads(report.read_text())["profile"] == "opconform-dev"
 
 
 def test_profiles_do_not_inherit_the_environments_profile():
