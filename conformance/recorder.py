@@ -67,15 +67,20 @@ def case_info(item) -> dict:
 def note_collection(config, items) -> None:
     """Record what the run collected before any deselection (``-k``, ``-m``,
     ``--focus-declared-clauses``): the manifest entries its items may match, their clauses and
-    module files. A manifest entry is stale only against these (``expectation_status``); xdist
-    workers send them to the controlling process in their ``workeroutput``."""
-    entries, clauses, files = set(), set(), set()
+    module files, and per test function (node id before its ``[`` parameters) its ops and clauses
+    (``crash_facts``). A manifest entry is stale only against these (``expectation_status``);
+    xdist workers send them to the controlling process in their ``workeroutput``."""
+    entries, clauses, files, tests = set(), set(), set(), {}
     for item in items:
         info = case_info(item)
         entries.update(info["expectations"])
         clauses.update(info["clauses"])
         files.add(item.nodeid.partition("::")[0].replace("\\", "/").rsplit("/", 1)[-1])
+        test = tests.setdefault(item.nodeid.partition("[")[0], {"ops": [], "clauses": []})
+        test["ops"] += [op for op in [info["op"]] if op and op not in test["ops"]]
+        test["clauses"] += [c for c in info["clauses"] if c not in test["clauses"]]
     collected = {"entries": sorted(entries), "clauses": sorted(clauses), "files": sorted(files)}
+    collected["tests"] = tests
     state(config).collected = collected
     if hasattr(config, "workeroutput"):
         config.workeroutput[COLLECTED] = collected
@@ -167,6 +172,32 @@ def incomplete_warning(exitstatus: int) -> list[str]:
             "not finished are not in this report"]  # fmt: skip
 
 
+def merge_collected(mine: dict, sent: dict) -> dict:
+    """What two workers collected (note_collection): the union of each list, and of each test
+    function's ops and clauses (first seen first)."""
+    merged = {key: sorted({*mine.get(key, ()), *sent[key]}) for key in sent if key != "tests"}
+    tests = {name: {k: list(v) for k, v in test.items()} for name, test in mine.get("tests", {}).items()}
+    for name, test in sent.get("tests", {}).items():
+        into = tests.setdefault(name, {"ops": [], "clauses": []})
+        for key in ("ops", "clauses"):
+            into[key] += [value for value in test[key] if value not in into[key]]
+    return {**merged, "tests": tests}
+
+
+def crash_facts(case: Case, tests: dict) -> None:
+    """Fill in the op and clauses of a crashed case (the dead worker sent none of its facts) from
+    what the other workers collected of its test function: its clauses, and its op (one of the
+    function's ops, picked by the op id among the case's parameters when there are several)."""
+    function, _, params = case.nodeid.partition("[")
+    test = tests.get(function)
+    if test is None or case.clauses:
+        return
+    case.clauses = list(test["clauses"])
+    ids = params.rstrip("]").split("-")
+    ops = test["ops"] if len(test["ops"]) == 1 else [op for op in test["ops"] if op in ids]
+    case.op = case.op or (ops[0] if len(ops) == 1 else None)
+
+
 class ResultsRecorder:
     """Collects each case's outcome on the controlling process (xdist workers forward reports)."""
 
@@ -179,8 +210,9 @@ class ResultsRecorder:
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem, report, sched):
         """A pytest-xdist worker died running ``crashitem``: record it as a ``crash`` (its backend
-        and device from the test id's ``[backend-device...]`` parameters, the facts the worker
-        would have sent are lost with it)."""
+        and device from the test id's ``[backend-device...]`` parameters; the facts the worker
+        would have sent are lost with it, and ``document`` fills in its op and clauses from what
+        the other workers collected, ``crash_facts``)."""
         params = crashitem.rpartition("[")[2]
         info = {"backend": None, "device": None, "op": None, "clauses": [], "dtype": None, "expectations": []}
         for backend in sorted((b.name for b in self.run.backends), key=len, reverse=True):
@@ -199,8 +231,7 @@ class ResultsRecorder:
         """A pytest-xdist worker finished: merge what it collected (note_collection)."""
         sent = getattr(node, "workeroutput", {}).get(COLLECTED)
         if sent:
-            mine = self.run.collected or {}
-            self.run.collected = {key: sorted({*mine.get(key, ()), *sent[key]}) for key in sent}
+            self.run.collected = merge_collected(self.run.collected or {}, sent)
 
     def pytest_runtest_logreport(self, report):
         properties = dict(report.user_properties)
@@ -319,6 +350,10 @@ class ResultsRecorder:
 
         clauses = self.run.clauses
         expectations = self.expectation_status()
+        tests = (self.run.collected or {}).get("tests", {})
+        for case in self.results:
+            if case.outcome is Outcome.CRASH:
+                crash_facts(case, tests)
         return results.Document(
             meta={
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -27,6 +27,9 @@ from conformance.tolerances import oai_up_scale, situ_up_scale, swiglu_step_boun
 from reference import activations as oracle
 
 FAMILY = "activations"
+# ACT-LAYOUT (and ACT-GELU-VARIANTS for the elementwise ops): the output has x's dtype and device.
+# Every comparison with the oracle passes dtype=/device=, so a wrong one fails the property's own
+# clause in one line (a float64 output for float32 x matches the oracle's values within tolerance).
 MODES = oracle.APPROXIMATE_MODES
 
 
@@ -81,6 +84,8 @@ def test_geglu_matches_oracle(backend, device, recipe, approximate):
         oracle.gelu_and_mul(x.cpu(), approximate=approximate),
         clause="ACT-GEGLU",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=up_scale(x),
         context=describe(backend, device, "gelu_and_mul", approximate=approximate),
     )
@@ -132,6 +137,8 @@ def test_silu_and_mul_matches_oracle(backend, device, recipe):
         oracle.silu_and_mul(x.cpu()),
         clause="ACT-SWIGLU",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=up_scale(x),
         context=describe(backend, device, "silu_and_mul"),
     )
@@ -148,6 +155,8 @@ def test_swiglu_step_matches_oracle(backend, device, recipe, limit):
         oracle.swiglu_step_and_mul(x.cpu(), limit=limit),
         clause="ACT-SWIGLU-STEP",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=up_scale(x, limit=limit),
         context=describe(backend, device, "swiglu_step_and_mul", limit=limit),
     )
@@ -164,6 +173,8 @@ def test_swiglu_step_without_limit_does_not_clamp(backend, device, recipe):
         oracle.silu_and_mul(x.cpu()),
         clause="ACT-SWIGLU-STEP-NO-LIMIT",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=up_scale(x),
         context=describe(backend, device, "swiglu_step_and_mul", limit=None),
     )
@@ -200,6 +211,8 @@ def test_swiglu_step_gate_clamp_is_one_sided(backend, device, recipe, limit):
         oracle.swiglu_step_and_mul(x.cpu(), limit=limit),
         clause="ACT-SWIGLU-STEP-ASYM",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=up_scale(x, limit=limit),
         context=describe(backend, device, "swiglu_step_and_mul", limit=limit),
     )
@@ -264,6 +277,8 @@ def test_gated_nan_propagates(backend, device, op, data, recipe):
         getattr(oracle, op)(x.cpu(), **options),
         clause="ACT-NAN",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=_atol_scale(op, x, options),
         context=describe(backend, device, op, **options) + f", NaN at flat input index {flat}",
     )

@@ -30,6 +30,9 @@ from conformance.tolerances import oai_up_scale, situ_bound, situ_up_scale, up_s
 from reference import activations as oracle
 
 FAMILY = "activations"
+# ACT-LAYOUT (and ACT-GELU-VARIANTS for the elementwise ops): the output has x's dtype and device.
+# Every comparison with the oracle passes dtype=/device=, so a wrong one fails the property's own
+# clause in one line (a float64 output for float32 x matches the oracle's values within tolerance).
 
 
 @pytest.mark.clause("ACT-SILU-CLAMPED")
@@ -43,6 +46,8 @@ def test_silu_clamped_matches_oracle(backend, device, recipe, limit):
         oracle.silu_clamped_and_mul(x.cpu(), limit=limit),
         clause="ACT-SILU-CLAMPED",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=up_scale(x, limit=limit),
         context=describe(backend, device, "silu_clamped_and_mul", limit=limit),
     )
@@ -71,6 +76,8 @@ def test_clamp_order(backend, device, op, rows, half, limit, seed):
         getattr(oracle, op)(x.cpu(), limit=limit),
         clause="ACT-CLAMP-ORDER",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=up_scale(x, limit=limit),
         context=describe(backend, device, op, limit=limit) + ", every gate above the limit",
     )
@@ -93,6 +100,8 @@ def test_swiglu_oai_matches_oracle(backend, device, recipe, alpha, limit, interl
         oracle.swiglu_oai_and_mul(x.cpu(), **options),
         clause="ACT-SWIGLU-OAI",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=oai_up_scale(x, **options),
         context=describe(backend, device, "swiglu_oai_and_mul", **options),
     )
@@ -166,6 +175,8 @@ def test_clamped_op_without_limit_does_not_clamp(backend, device, op, recipe):
         getattr(oracle, op)(x.cpu(), **options),
         clause="ACT-CLAMP-NO-DEFAULT",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=scale,
         context=describe(backend, device, op, **options),
     )
@@ -266,6 +277,8 @@ def test_layer_from_config_clamps_with_its_limit(backend, device, recipe, case, 
         oracle.swiglu_step_and_mul(x.cpu(), limit=want_limit),
         clause="ACT-LIMIT-CONFIG-LAYER",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=up_scale(x, limit=want_limit),
         context=describe(backend, device, "swiglu_step_and_mul", limit=limit)
         + f" from swiglu_limit({config}, {layer_idx}, shared={shared}); the oracle selects {want_limit!r}",
@@ -288,6 +301,8 @@ def test_gelu_variant_matches_its_formula(backend, device, op, recipe):
         getattr(oracle, op)(x.cpu()),
         clause="ACT-GELU-VARIANTS",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         context=describe(backend, device, op),
     )
 
@@ -304,6 +319,8 @@ def test_situ_matches_oracle(backend, device, recipe, beta, linear_beta):
         oracle.situ_and_mul(x.cpu(), **options),
         clause="ACT-SITU",
         family=FAMILY,
+        dtype=x.dtype,
+        device=device,
         atol_scale=situ_up_scale(x, **options),
         context=describe(backend, device, "situ_and_mul", **options),
     )

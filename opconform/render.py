@@ -65,6 +65,30 @@ def text(document: dict) -> str:
     return "\n".join(lines)
 
 
+def failure_facts(result: dict, *, rel: bool = False) -> list[str]:
+    """What a broken case's failure line says: the clause it broke (the clauses it checks when
+    that is unknown: a crash, a setup error), what happened for a crash or a timeout, the dtype,
+    the largest errors, the exception raised."""
+    failure = result.get("failure") or {}
+    state, clauses = rep.case_state(result), ",".join(result.get("clauses") or [])
+    facts = ["crash: the worker running it died"] if state == rep.CRASH else []
+    if failure.get("clause"):
+        facts.append(f"clause {failure['clause']}")
+    elif clauses:
+        facts.append(f"checks {clauses}")
+    if failure.get("dtype") or result.get("dtype"):
+        facts.append(f"dtype {failure.get('dtype') or result.get('dtype')}")
+    for kind in ("abs", "rel") if rel else ("abs",):
+        if failure.get(f"largest_{kind}_error") is not None:
+            facts.append(f"largest {kind} error {failure[f'largest_{kind}_error']:.3g}")
+    error = failure.get("error")  # for a crash xdist's line, for a timeout the time limit
+    if state == rep.TIMEOUT:
+        facts.append(f"timeout: {error}" if error else "timeout")
+    elif error:
+        facts.append(error if state == rep.CRASH else f"raised {error}")
+    return facts
+
+
 def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s) -> list[str]:
     lines = []
     failures = rep.failures(document)
@@ -72,15 +96,7 @@ def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s)
         lines += ["", f"Failures ({len(failures)}):"]
         for result in failures:
             failure = result.get("failure") or {}
-            largest = failure.get("largest_abs_error")
-            facts = [f"clause {failure.get('clause') or ','.join(result.get('clauses', []))}"]
-            if failure.get("dtype") or result.get("dtype"):
-                facts.append(f"dtype {failure.get('dtype') or result.get('dtype')}")
-            if largest is not None:
-                facts.append(f"largest abs error {largest:.3g}")
-            if failure.get("error"):
-                facts.append(f"raised {failure['error']}")
-            lines.append(f"{bullet}{result['nodeid']} ({', '.join(facts)})")
+            lines.append(f"{bullet}{result['nodeid']} ({', '.join(failure_facts(result))})")
             if failure.get("rerun"):
                 lines.append(f"{bullet}  rerun: {code(failure['rerun'])}")
     notes = [e for e in document.get("expectations") or [] if e.get("status") in ("stale", "unexpected pass")]
@@ -260,12 +276,7 @@ def html_page(document: dict) -> str:
         failure = result.get("failure") or {}
         parts.append(
             f"<details class='failure'><summary>{esc(result['nodeid'])}</summary>"
-            f"<p>clauses {esc(', '.join(result.get('clauses', [])))}; dtype "
-            f"{esc(str(failure.get('dtype') or result.get('dtype')))}; largest abs error "
-            f"{esc(str(failure.get('largest_abs_error')))}; largest rel error "
-            f"{esc(str(failure.get('largest_rel_error')))}"
-            + (f"; raised {esc(failure['error'])}" if failure.get("error") else "")
-            + "</p>"
+            f"<p>{esc('; '.join(failure_facts(result, rel=True)))}</p>"
             f"<p>rerun: <code>{esc(str(failure.get('rerun')))}</code></p>"
             f"<pre>{esc(result.get('message', ''))}</pre></details>"
         )

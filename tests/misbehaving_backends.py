@@ -12,6 +12,8 @@ from backends.native import NativeBackend
 
 RMS_NORM = NativeBackend.rms_norm
 SILU_AND_MUL = NativeBackend.silu_and_mul
+GELU_AND_MUL = NativeBackend.gelu_and_mul
+SILU_CLAMPED_AND_MUL = NativeBackend.silu_clamped_and_mul
 
 
 class OneOp:
@@ -88,6 +90,22 @@ class WrongDtype(OneOp):
         return RMS_NORM(x.double(), weight.double(), eps=eps)
 
 
+class WrongDtypeActivations(OneOp):
+    """The right values of three gated activations, computed and returned in float64 whatever
+    x's dtype (not in ALL: tests/test_clause_demands.py runs it on their matches-oracle properties)."""
+
+    name = "wrong-dtype-activations"
+
+    def gelu_and_mul(self, x, *, approximate):
+        return GELU_AND_MUL(x.double(), approximate=approximate)
+
+    def silu_and_mul(self, x):
+        return SILU_AND_MUL(x.double())
+
+    def silu_clamped_and_mul(self, x, *, limit):
+        return SILU_CLAMPED_AND_MUL(x.double(), limit=limit)
+
+
 class Aliasing(OneOp):
     """The right values, written into x's gate half and returned as a view of x."""
 
@@ -102,3 +120,4 @@ class Aliasing(OneOp):
 
 ALL = [Abort(), Hang(), Slow(), Raises(), ReturnsNone(), ReturnsList(), ReturnsMeta(), WrongDtype()]
 ALL.append(Aliasing())
+WRONG_DTYPE_ACTIVATIONS = WrongDtypeActivations()

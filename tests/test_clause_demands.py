@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 from suite_runner import outcomes, run_suite
@@ -32,6 +34,40 @@ class WideNextTokens:
 
 BACKEND = WideNextTokens()
 """
+
+
+# matches-oracle property -> its clause, for a backend returning float64 for any x (right values).
+WRONG_DTYPE_PROPERTIES = {
+    "test_activations.py::test_geglu_matches_oracle": "ACT-GEGLU",
+    "test_activations.py::test_silu_and_mul_matches_oracle": "ACT-SWIGLU",
+    "test_activations_clamped.py::test_silu_clamped_matches_oracle": "ACT-SILU-CLAMPED",
+}
+
+
+def test_wrong_dtype_activation_fails_the_property_clause(tmp_path):
+    """ACT-LAYOUT's dtype holds in every comparison with the oracle: an activation computed and
+    returned in float64 (values right to float64 precision) fails ACT-GEGLU, ACT-SWIGLU and
+    ACT-SILU-CLAMPED, each in one line naming the dtype that came back (it passed them before)."""
+    results = run_suite(
+        tmp_path,
+        paths=[f"conformance/{test}" for test in WRONG_DTYPE_PROPERTIES],
+        modules=["misbehaving_backends:WRONG_DTYPE_ACTIVATIONS"],
+        extra=["--device", "cpu"],
+        pythonpath=[Path(__file__).resolve().parent],
+        profile="ci-noshrink",
+    )
+    failed = {}
+    for case in results["results"]:
+        test = case["nodeid"].split("[")[0].rsplit("/", 1)[-1]  # conformance/test_x.py::test_y
+        lines = re.findall(r"ConformanceError: (\[[A-Z-]+\] .*)", case.get("message") or "")
+        failure = case.get("failure") or {}
+        failed[test] = (case["outcome"], failure.get("clause"), failure.get("dtype"), (lines or [""])[0])
+    assert set(failed) == set(WRONG_DTYPE_PROPERTIES), failed
+    for test, clause in WRONG_DTYPE_PROPERTIES.items():
+        assert failed[test][:3] == ("failed", clause, "float64"), (test, failed[test])
+        line = failed[test][3]
+        assert line.startswith(f"[{clause}] ") and "dtype torch.float64 on cpu; expected a " in line, line
+    assert results["returncode"] == 1, results["stdout"][-3000:]
 
 
 def test_window_conv_leaves_next_tokens_free_without_a_window(tmp_path):

@@ -25,7 +25,7 @@ NORM = "test_norms.py::test_rms_norm_matches_oracle"
 PURE = "test_activations.py::test_gated_input_not_modified"
 # backend -> (test, outcome, clause row of its cell, the cell, words of its one-line failure)
 EXPECTED = {
-    "abort": (NORM, "crash", report.NO_CLAUSE, "crash 1/1", "worker 'gw"),
+    "abort": (NORM, "crash", "NORM-RMS", "crash 1/1", "worker 'gw"),
     "hang": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 2 s"),
     "slow": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 2 s"),
     "raises": (NORM, "failed", "NORM-RMS", "fail 1/1", "RuntimeError: kernel launch failed"),
@@ -91,9 +91,10 @@ def catalogue(tmp_path_factory):
 
 
 def test_each_misbehaviour_is_its_outcome_in_its_own_cell(catalogue):
-    """abort -> crash (CRASH, no clause: the worker died), hang/slow -> timeout, a RuntimeError or
-    None/list/meta/float64 for float32 -> NORM-RMS failures saying what came back, writing into x
-    -> ACT-PURE; the run exits 1. (wrong-dtype passed: the property compared values only.)"""
+    """abort -> crash (CRASH in its property's NORM-RMS row, though no clause is named broken: the
+    worker died), hang/slow -> timeout, a RuntimeError or None/list/meta/float64 for float32 ->
+    NORM-RMS failures saying what came back, writing into x -> ACT-PURE; the run exits 1.
+    (wrong-dtype passed: the property compared values only.)"""
     proc, document = catalogue
     matrix = report.build_matrix(document)
     seen, table = {}, []
@@ -111,7 +112,7 @@ def test_each_misbehaviour_is_its_outcome_in_its_own_cell(catalogue):
         (case,) = [c for c in document["results"] if c["backend"] == backend and c["outcome"] in BROKEN]
         line = one_line(case)
         assert words in line and "\n" not in line, f"{backend}: {line!r}\n{message}"
-        clause = None if EXPECTED[backend][2] == report.NO_CLAUSE else EXPECTED[backend][2]
+        clause = None if case["outcome"] == "crash" else EXPECTED[backend][2]  # which one broke: unknown
         assert case["failure"]["clause"] == clause, f"{backend}: {case['failure']}"
     # Every other case of these backends is "not implemented", never a stray failure.
     others = {c["outcome"] for c in document["results"] if c["outcome"] not in BROKEN}
@@ -125,6 +126,9 @@ def test_timeout_and_crash_are_cells_and_regressions(catalogue):
     _, document = catalogue
     text = render.text(document)
     assert "TIMEOUT 1/1" in text and "CRASH 1/1" in text, text
+    (row,) = [line for line in text.splitlines() if line.startswith("NORM-RMS ")]
+    assert row.split()[1:3] == ["CRASH", "1/1"] and report.NO_CLAUSE not in text, text
+    assert "[abort-cpu] (crash: the worker running it died, checks NORM-RMS, worker 'gw" in text, text
     assert not report.conforms(document)
     before = {**document, "results": [{**r, "outcome": "passed"} for r in document["results"]]}
     regressions = {r["column"].split("@")[0] for r in report.diff(before, document)["new failures"]}
