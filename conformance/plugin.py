@@ -15,14 +15,12 @@ package is not installed. It acts only in runs that give an opconform option or 
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-from conformance import activation, failfast, profiles, recorder, rerun, spec_index
+from conformance import activation, failfast, profiles, recorder, rerun, spec_index, time_limit
 from conformance import expectations as manifests
 from conformance.activation import state
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
@@ -92,7 +90,8 @@ def pytest_addoption(parser):
         default=None,
         metavar="SECONDS",
         help="per-case time limit: a case still running after SECONDS is stopped and reported as "
-        "'timeout' (needs SIGALRM: Unix, main thread)",
+        "'timeout' (needs SIGALRM: Unix, main thread); default 300 for the suite's cases (3000 under "
+        "opconform-thorough, none under opconform-debug or --pdb); 0: none",
     )
     group.addoption(
         "--opconform-backend-maxfail",
@@ -206,6 +205,7 @@ def activate(config) -> None:
     # Loaded only while the suite's modules are collected and its tests run (SuiteProfile).
     scope = profiles.SuiteProfile(loaded, activation.is_suite_module)
     config.pluginmanager.register(scope, "opconform-profile")
+    config.pluginmanager.register(time_limit.TimeLimit(config, profile), "opconform-time-limit")
     run = activation.State(_select_backends(config), _select_devices(config), profile=profile)
     run.loaded_profile = loaded
     if config.getoption("device"):  # devices asked for by name that are absent: the run must not pass
@@ -329,30 +329,6 @@ def pytest_pycollect_makeitem(collector, name, obj):
                 f"known ops (backends.OPS): {sorted(ops)}"
             )
     return result
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    """Stop a case that runs past --opconform-timeout with ``recorder.CaseTimeout`` (a
-    BaseException, so Hypothesis does not shrink it as a failing example)."""
-    limit = item.config.getoption("opconform_timeout")
-    if (
-        not limit
-        or not hasattr(signal, "setitimer")
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        return (yield)
-
-    def stop(signum, frame):
-        raise recorder.CaseTimeout(f"the case ran past the per-case time limit of {limit:g} s")
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    try:
-        return (yield)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.hookimpl(wrapper=True)

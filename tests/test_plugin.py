@@ -289,3 +289,18 @@ def test_rerun_repeats_the_time_limit():
 
     options = rerun.rerun_options(backend_modules=[], expectations=[], profile="ci", seed=None, timeout=2.5)
     assert "--opconform-timeout=2.5" in rerun.command("t.py::test_x", options)
+
+
+def test_suite_cases_get_a_generous_default_time_limit():
+    """Without --opconform-timeout a hanging op ended no run: the suite's cases get 300 s (3000 under
+    thorough); a user's own test, --pdb and the debug profile none; the option wins, 0 for none."""
+    from conformance.time_limit import case_time_limit
+
+    def limit(given=None, profile="opconform-ci", suite_case=True, debugging=False):
+        return case_time_limit(given=given, profile=profile, suite_case=suite_case, debugging=debugging)
+
+    assert limit() == limit(profile="opconform-dev") == limit(profile="someones-own") == 300
+    assert limit(profile="opconform-thorough") == 3000
+    assert limit(suite_case=False) is limit(debugging=True) is limit(profile="opconform-debug") is None
+    assert limit(given=2.5) == 2.5 and limit(given=2.5, suite_case=False) == 2.5
+    assert limit(given=0) is None
