@@ -117,7 +117,14 @@ def load_manifest(path: str | Path, *, known_clauses) -> list[Expectation]:
     path = Path(path)
     if tomllib is None:
         raise ManifestError(f"{path}:1: reading TOML on Python 3.10 needs the 'tomli' package")
-    text = path.read_text(encoding="utf-8")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:  # TOML is UTF-8 (a Latin-1 editor's file)
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ManifestError(
+            f"{path}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x}); TOML files are UTF-8"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -78,13 +78,18 @@ def test_malformed_pattern_is_an_error(tmp_path, pattern):
 
 
 def test_unknown_key_toml_error_and_missing_file(tmp_path):
-    """Unknown keys, TOML syntax errors and missing paths are errors naming the file."""
+    """Unknown keys, TOML syntax errors, a file that is not UTF-8 (was a UnicodeDecodeError naming
+    no file) and missing paths are errors naming the file."""
     with pytest.raises(ManifestError, match=r"npu\.toml:13: unknown key 'isue'"):
         _load(tmp_path, GOOD.replace("issue =", "isue ="))
     with pytest.raises(ManifestError, match=r"npu\.toml: not valid TOML: .*line 1"):
         _load(tmp_path, "backend = \n")
     with pytest.raises(ManifestError, match="no such expectations file"):
         load_manifests([tmp_path / "missing.toml"], known_clauses=CLAUSES)
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('backend = "native"\n# café\n'.encode("latin-1"))
+    with pytest.raises(ManifestError, match=r"latin1\.toml:2: not UTF-8 \(byte 0xe9\)"):
+        load_manifests([path], known_clauses=CLAUSES)
     with pytest.raises(ManifestError, match=r"npu\.toml:3: give exactly one of 'clause'"):
         _load(tmp_path, GOOD.replace('clause = "ACT-GEGLU"', ""))
 
