@@ -4,7 +4,8 @@ backends and mutants build on.
 A sequence's keys are gathered from its blocks (only positions ``e_b .. L_b - 1``: SERVE-EVICT,
 SERVE-PAGED), then attended in the input's dtype: through ``F.scaled_dot_product_attention``
 with a bool mask when there is neither softcap nor sinks, and otherwise in plain PyTorch in
-float32 (or float64 for float64 inputs), rounded once to q's dtype.
+float32 (or float64 for float64 inputs), rounded once to q's dtype. Its window arguments are the
+contract's own (SERVE-WINDOW-ARGS: it builds its masks from the canonical W, so both paths get W).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 
 from reference.masks import require_window
 from reference.serving import ServingBatch, validate_paged_args
+from reference.serving_windows import validate_layer_config, window_kernel_args
 
 __all__ = [
     "gather_positions",
@@ -111,27 +113,11 @@ def _legacy_kinds(config, layers: int) -> list[str]:
 def layer_windows(config) -> list[int | None]:
     """SERVE-LAYER-WINDOWS as a serving framework reads a transformers config: ``layer_types``
     when the config has it, else the model type's rule."""
-    layers = getattr(config, "num_hidden_layers", None)
-    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-        raise ValueError(f"config.num_hidden_layers must be an int >= 1, got {layers!r}")
-    window = getattr(config, "sliding_window", None)
-    kinds = getattr(config, "layer_types", None)
+    layers, window, kinds = validate_layer_config(config)
     if kinds is None:
         if window is None or getattr(config, "use_sliding_window", True) is False:
             return [None] * layers
         kinds = _legacy_kinds(config, layers)
-    kinds = list(kinds)
-    if len(kinds) != layers:
-        raise ValueError(f"config.layer_types must have {layers} entries, got {len(kinds)}")
-    unknown = sorted(set(kinds) - {"sliding_attention", "full_attention"})
-    if unknown:
-        raise ValueError(f"config.layer_types has unknown entries {unknown}")
     if "sliding_attention" in kinds:
         require_window(window, "config.sliding_window", optional=False)
     return [window if kind == "sliding_attention" else None for kind in kinds]
-
-
-def window_kernel_args(sliding_window) -> dict:
-    """SERVE-WINDOW-ARGS: native hands the canonical W to both paths (it builds its masks itself)."""
-    sliding_window = require_window(sliding_window)
-    return {"prefill": {"sliding_window": sliding_window}, "decode": {"sliding_window": sliding_window}}

@@ -81,12 +81,12 @@ def _legacy_sliding(config, layers: int) -> list[bool]:
     return [decide(i) for i in range(layers)]
 
 
-def layer_windows(config) -> list[int | None]:
-    """SERVE-LAYER-WINDOWS: per layer, config.sliding_window for a sliding layer, None for a full one."""
+def validate_layer_config(config) -> tuple[int, int | None, list[str] | None]:
+    """SERVE-LAYER-WINDOWS' config fields, checked: (num_hidden_layers, sliding_window as given,
+    layer_types as a list or None). ValueError naming the field."""
     layers = getattr(config, "num_hidden_layers", None)
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise ValueError(f"config.num_hidden_layers must be an int >= 1, got {layers!r}")
-    window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
         layer_types = list(layer_types)
@@ -95,6 +95,13 @@ def layer_windows(config) -> list[int | None]:
         unknown = sorted(set(layer_types) - {"sliding_attention", "full_attention"})
         if unknown:
             raise ValueError(f"config.layer_types has unknown entries {unknown}")
+    return layers, getattr(config, "sliding_window", None), layer_types
+
+
+def layer_windows(config) -> list[int | None]:
+    """SERVE-LAYER-WINDOWS: per layer, config.sliding_window for a sliding layer, None for a full one."""
+    layers, window, layer_types = validate_layer_config(config)
+    if layer_types is not None:
         sliding = [kind == "sliding_attention" for kind in layer_types]
     elif window is None or getattr(config, "use_sliding_window", True) is False:
         sliding = [False] * layers
