@@ -18,6 +18,7 @@ from reference.serving import ServingBatch, validate_paged_args
 from reference.serving_windows import validate_layer_config, window_kernel_args
 
 __all__ = [
+    "band",
     "gather_positions",
     "layer_windows",
     "paged_attention",
@@ -34,16 +35,22 @@ def gather_positions(cache: torch.Tensor, table, block_size: int, start: int, st
     return cache.index_select(0, ids).flatten(0, 1)[offset : offset + stop - start]
 
 
+def band(positions: torch.Tensor, keys: torch.Tensor, window: int | None) -> torch.Tensor:
+    """SERVE's mask between query positions [n, 1] and key positions [1, K]: key <= position and
+    position - key < W (True = attend)."""
+    allowed = keys <= positions
+    if window is not None:
+        allowed &= positions - keys < window
+    return allowed
+
+
 def sequence_allowed(meta: ServingBatch, b: int, device) -> tuple[torch.Tensor, int]:
     """SERVE's mask for sequence b: bool [n_b, L_b - e_b] (True = attend) over keys e_b .. L_b - 1,
     and e_b."""
     length, first_key = meta.seq_lens[b], meta.first_visible(b)
     positions = torch.arange(length - meta.query_len(b), length, device=device)[:, None]
     keys = torch.arange(first_key, length, device=device)[None, :]
-    allowed = keys <= positions
-    if meta.sliding_window is not None:
-        allowed &= positions - keys < meta.sliding_window
-    return allowed, first_key
+    return band(positions, keys, meta.sliding_window), first_key
 
 
 def _attend(q, k, v, allowed, *, scale, softcap, sinks):

@@ -6,3 +6,13 @@ docstring says what the bug is and where such a bug comes from. One module per o
 each exposes ``BACKENDS``. tests/test_mutants.py proves each one is caught, through the real
 pytest entry point, with the clause named.
 """
+
+
+def named(cls, name: str):
+    """An instance of the mutant class ``cls`` called ``name`` (a mutant of the Ascend adapter
+    takes its name in its constructor, as ``AscendBackend`` does)."""
+    from backends.npu import AscendBackend
+
+    backend = cls(name) if issubclass(cls, AscendBackend) else cls()
+    backend.name = name
+    return backend

@@ -7,6 +7,7 @@ import torch
 from backends import native
 from backends.native import NativeBackend
 from backends.npu import AscendBackend, emulator_unavailable, fia_heads, load_emulator
+from mutants import named
 from reference import attention as attention_oracle
 from reference import masks as mask_oracle
 
@@ -229,22 +230,16 @@ class DecodeReadsStaleRows(NativeBackend):
         return native.attention(q, k_cache, v_cache, allowed=allowed[:, :, None, :], scale=scale)
 
 
-def _named(cls, name):
-    backend = cls(name) if issubclass(cls, AscendBackend) else cls()
-    backend.name = name
-    return backend
-
-
 BACKENDS = [
-    _named(WindowOnFutureSide, "wrong-window-on-future-side"),
-    _named(PreTokensEqualsWindow, "wrong-pre-tokens-equals-window"),
-    _named(DecodeReliesOnPreTokens, "wrong-decode-relies-on-pre-tokens"),
-    _named(DecodeMaskPolarityInverted, "wrong-decode-mask-polarity-inverted"),
-    _named(Float32AdditiveMask, "wrong-float32-additive-mask"),
-    _named(PaddingOnQueries, "wrong-padding-on-queries"),
-    _named(ScaleLeftAtOpDefault, "wrong-scale-left-at-op-default"),
-    _named(WindowOneShort, "wrong-window-one-short"),
-    _named(GqaHeadsTiled, "wrong-gqa-heads-tiled"),
-    _named(AttentionInBfloat16, "wrong-attention-in-bfloat16"),
-    _named(DecodeReadsStaleRows, "wrong-decode-reads-stale-rows"),
+    named(WindowOnFutureSide, "wrong-window-on-future-side"),
+    named(PreTokensEqualsWindow, "wrong-pre-tokens-equals-window"),
+    named(DecodeReliesOnPreTokens, "wrong-decode-relies-on-pre-tokens"),
+    named(DecodeMaskPolarityInverted, "wrong-decode-mask-polarity-inverted"),
+    named(Float32AdditiveMask, "wrong-float32-additive-mask"),
+    named(PaddingOnQueries, "wrong-padding-on-queries"),
+    named(ScaleLeftAtOpDefault, "wrong-scale-left-at-op-default"),
+    named(WindowOneShort, "wrong-window-one-short"),
+    named(GqaHeadsTiled, "wrong-gqa-heads-tiled"),
+    named(AttentionInBfloat16, "wrong-attention-in-bfloat16"),
+    named(DecodeReadsStaleRows, "wrong-decode-reads-stale-rows"),
 ]

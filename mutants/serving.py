@@ -13,6 +13,7 @@ import torch
 from backends import paged
 from backends.native import NativeBackend
 from backends.npu import AscendBackend, emulator_unavailable, load_emulator
+from mutants import named
 from reference.serving import ServingBatch, validate_paged_args
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
@@ -45,10 +46,7 @@ class _PagedNative(NativeBackend):
             rows = self.query_rows(meta, b)
             first_key, length = self.key_range(meta, b)
             keys = torch.arange(first_key, length, device=q.device)[None, :]
-            positions = self.query_positions(meta, b, q.device)[:, None]
-            allowed = keys <= positions
-            if meta.sliding_window is not None:
-                allowed &= positions - keys < meta.sliding_window
+            allowed = paged.band(self.query_positions(meta, b, q.device)[:, None], keys, meta.sliding_window)
             k = self.read(k_cache, meta, b, first_key, length).transpose(0, 1)
             v = self.read_values(v_cache, meta, b, first_key, length, q.shape[-1]).transpose(0, 1)
             result = self.attend(q[rows].transpose(0, 1), k, v, allowed, meta=meta, sinks=sinks)
@@ -336,8 +334,8 @@ class FiaBandForSplitDecodes(AscendBackend):
 
     clauses = {"SERVE-RAGGED", "SERVE"}
 
-    def __init__(self):
-        super().__init__("wrong-fia-band-for-split-decodes", load_emulator, emulator_unavailable)
+    def __init__(self, name: str):
+        super().__init__(name, load_emulator, emulator_unavailable)
 
     def paged_attention(self, q, k_cache, v_cache, **kwargs):
         meta = validate_paged_args(q, k_cache, v_cache, **kwargs)
@@ -371,25 +369,19 @@ class FiaBandForSplitDecodes(AscendBackend):
         )[0]  # fmt: skip
 
 
-def _named(cls, name):
-    backend = cls()
-    backend.name = name
-    return backend
-
-
 BACKENDS = [
-    _named(PageSizeAssumed128, "wrong-page-size-assumed-128"),
-    _named(BlockTableIgnored, "wrong-block-table-ignored"),
-    _named(ExtendCausalTopLeft, "wrong-extend-causal-top-left"),
-    _named(ExtendDropsPrefix, "wrong-extend-drops-prefix"),
-    _named(SoftcapDropped, "wrong-softcap-dropped"),
-    _named(SoftcapAfterMask, "wrong-softcap-after-mask"),
-    _named(SinkAttendedAsKey, "wrong-sink-attended-as-key"),
-    _named(SinksIgnored, "wrong-sinks-ignored"),
-    _named(ValuesReadWithQkHeadDim, "wrong-values-read-with-qk-head-dim"),
-    _named(ReadsEvictedPositions, "wrong-reads-evicted-positions"),
-    _named(CuSeqlensOffByOne, "wrong-cu-seqlens-off-by-one"),
-    _named(OddLayersSlide, "wrong-odd-layers-slide"),
-    _named(PrefillDecodeWindowsOneApart, "wrong-prefill-decode-windows-one-apart"),
-    FiaBandForSplitDecodes(),
+    named(PageSizeAssumed128, "wrong-page-size-assumed-128"),
+    named(BlockTableIgnored, "wrong-block-table-ignored"),
+    named(ExtendCausalTopLeft, "wrong-extend-causal-top-left"),
+    named(ExtendDropsPrefix, "wrong-extend-drops-prefix"),
+    named(SoftcapDropped, "wrong-softcap-dropped"),
+    named(SoftcapAfterMask, "wrong-softcap-after-mask"),
+    named(SinkAttendedAsKey, "wrong-sink-attended-as-key"),
+    named(SinksIgnored, "wrong-sinks-ignored"),
+    named(ValuesReadWithQkHeadDim, "wrong-values-read-with-qk-head-dim"),
+    named(ReadsEvictedPositions, "wrong-reads-evicted-positions"),
+    named(CuSeqlensOffByOne, "wrong-cu-seqlens-off-by-one"),
+    named(OddLayersSlide, "wrong-odd-layers-slide"),
+    named(PrefillDecodeWindowsOneApart, "wrong-prefill-decode-windows-one-apart"),
+    named(FiaBandForSplitDecodes, "wrong-fia-band-for-split-decodes"),
 ]
