@@ -25,7 +25,7 @@ the denominator only (SERVE-SINKS). FlexAttention's ``lse`` (natural log, measur
 ``out * sigmoid(lse - sink)`` too, but torch 2.13's inductor rejects ``return_lse`` on CPU, and
 the extra key rounds once. A packed call evaluates T x (K + 1) mask entries; the block mask
 skips the blocks between sequences. Dv != Dqk is native to FlexAttention (value [.., Ev]).
-Compiled, the query and key lengths are padded (``_compiled_shapes``).
+No size is 1 and, compiled, the query and key lengths are padded (``_serving_shapes``).
 """
 
 from __future__ import annotations
@@ -158,7 +158,9 @@ def _packed_kv(cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 
 def _pad(t: torch.Tensor, dim: int, length: int, value=0) -> torch.Tensor:
-    """``t`` extended along ``dim`` to ``length`` with ``value``."""
+    """``t`` extended along ``dim`` to ``length`` with ``value`` (``t`` itself when long enough)."""
+    if t.shape[dim] >= length:
+        return t
     shape = list(t.shape)
     shape[dim] = length - t.shape[dim]
     return torch.cat([t, t.new_full(shape, value)], dim=dim)
@@ -193,25 +195,29 @@ def _unspecialized_length(length: int, static: set[int]) -> int:
     return (blocks - 1) * block + 1
 
 
-def _compiled_shapes(q, k, v, sink, layout):
-    """Shapes torch 2.13's compiled FlexAttention handles without a recompile (``layout`` is
-    padded in place with query rows of sequence PAD_QUERY and zero keys of PAD_KEY).
+def _serving_shapes(q, k, v, sink, layout, *, compiled: bool):
+    """The packed serving call's inputs with no size of 1 (``layout`` is padded in place with query
+    rows of sequence PAD_QUERY and zero keys of PAD_KEY). A single k/v head is doubled with its
+    sinks, as in ``_no_size_one`` (the batch is always 1; the keys, ending with the sink, are >= 2).
+    Eager, a single query token gets a padding row. Compiled, both lengths are padded to sizes torch
+    2.13's compiled FlexAttention handles without a recompile:
 
     dynamic=True duck-sizes every size equal to a static one (the head counts and dims, which
     flex_attention marks static) into that constant: a block mask of 1 block, or of Hkv blocks,
     recompiled ("block_mask.q_indices size mismatch at index 2. expected 2, actual 4", measured),
     hence ``_unspecialized_length``. On CPU both lengths are equal: a captured key-length tensor
     read at kv_idx fails to compile (CppCompileError "'cur_kvSplitSize7' was not declared",
-    measured) when they are distinct symbols. A single kv head is doubled, as in ``_run``.
+    measured) when they are distinct symbols.
     """
     if k.shape[1] == 1:
         q, k, v = (torch.cat([t, t], dim=1) for t in (q, k, v))
         sink = torch.cat([sink, sink])
-    static = {q.shape[1], k.shape[1], q.shape[3], v.shape[3]}
-    q_len, kv_len = q.shape[2], k.shape[2]
-    if q.device.type == "cpu":
-        q_len = kv_len = max(q_len, kv_len)
-    q_len, kv_len = _unspecialized_length(q_len, static), _unspecialized_length(kv_len, static)
+    q_len, kv_len = max(q.shape[2], 2), k.shape[2]
+    if compiled:
+        static = {q.shape[1], k.shape[1], q.shape[3], v.shape[3]}
+        if q.device.type == "cpu":
+            q_len = kv_len = max(q_len, kv_len)
+        q_len, kv_len = _unspecialized_length(q_len, static), _unspecialized_length(kv_len, static)
     q, k, v = _pad(q, 2, q_len), _pad(k, 2, kv_len), _pad(v, 2, kv_len)
     for name, length, value in (("q_seq", q_len, PAD_QUERY), ("q_pos", q_len, 0), ("k_seq", kv_len, PAD_KEY),
                                 ("k_pos", kv_len, 0)):  # fmt: skip
@@ -320,18 +326,7 @@ class FlexBackend:
         sink = sink.detach().to(device, score_dtype)
         q = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, T, Dqk]
         k, v = _packed_kv(k_cache, layout["rows"]), _packed_kv(v_cache, layout["rows"])
-        if self.compiled:
-            q, k, v, sink = _compiled_shapes(q, k, v, sink, layout)
-        else:  # no size of 1, as in _no_size_one (the batch is always 1, the keys end with the sink)
-            if k.shape[1] == 1:
-                q, k, v = (torch.cat([t, t], dim=1) for t in (q, k, v))
-                sink = torch.cat([sink, sink])
-            if tokens == 1:
-                q = _pad(q, 2, 2)
-                layout["q_seq"], layout["q_pos"] = (
-                    _pad(layout["q_seq"], 0, 2, PAD_QUERY),
-                    _pad(layout["q_pos"], 0, 2),
-                )
+        q, k, v, sink = _serving_shapes(q, k, v, sink, layout, compiled=self.compiled)
         flags = (sinks is not None, meta.softcap is not None)
         sinks_on, cap_on = (torch.tensor(flag, device=device) for flag in flags)
         mask_mod = serving_mask_mod(
