@@ -8,6 +8,7 @@ state lives in ``config.stash`` under ``STATE``, present only once active.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from dataclasses import dataclass, field
@@ -65,8 +66,13 @@ def suite_dir() -> Path:
 
 def is_suite_module(path) -> bool:
     """Whether ``path`` is one of the suite's test modules (``conformance/test_*.py``)."""
-    path = Path(path).resolve()
-    return path.parent == suite_dir() and path.name.startswith("test_") and path.suffix == ".py"
+    return _is_suite_module(str(path))
+
+
+@functools.lru_cache(maxsize=256)  # asked per test by the profile and time-limit hooks
+def _is_suite_module(path: str) -> bool:
+    resolved = Path(path).resolve()
+    return resolved.parent == suite_dir() and resolved.name.startswith("test_") and resolved.suffix == ".py"
 
 
 def shadowing(name: str) -> str | None:
