@@ -35,22 +35,29 @@ FAMILY = "activations"
 # clause in one line (a float64 output for float32 x matches the oracle's values within tolerance).
 
 
+def _matches_oracle(backend, device, op: str, x, *, clause: str, atol_scale=None, **options) -> None:
+    """``backend.op(x, **options)`` against the oracle's, with x's dtype and device required."""
+    assert_close(
+        getattr(backend, op)(x, **options),
+        getattr(oracle, op)(x.cpu(), **options),
+        clause=clause,
+        family=FAMILY,
+        dtype=x.dtype,
+        device=device,
+        atol_scale=atol_scale,
+        context=describe(backend, device, op, **options),
+    )
+
+
 @pytest.mark.clause("ACT-SILU-CLAMPED")
 @pytest.mark.op("silu_clamped_and_mul")
 @given(recipe=gated_inputs(), limit=st.one_of(st.none(), clamp_limits()))
 def test_silu_clamped_matches_oracle(backend, device, recipe, limit):
     """silu_clamped_and_mul equals silu(gate.clamp(max=limit)) * up.clamp(-limit, limit)."""
     x = recipe.make(device)
-    assert_close(
-        backend.silu_clamped_and_mul(x, limit=limit),
-        oracle.silu_clamped_and_mul(x.cpu(), limit=limit),
-        clause="ACT-SILU-CLAMPED",
-        family=FAMILY,
-        dtype=x.dtype,
-        device=device,
-        atol_scale=up_scale(x, limit=limit),
-        context=describe(backend, device, "silu_clamped_and_mul", limit=limit),
-    )
+    scale = up_scale(x, limit=limit)
+    op = "silu_clamped_and_mul"
+    _matches_oracle(backend, device, op, x, clause="ACT-SILU-CLAMPED", atol_scale=scale, limit=limit)
 
 
 def _gates_above_limit(shape, limit: float, seed: int, device) -> torch.Tensor:
@@ -95,16 +102,9 @@ def test_swiglu_oai_matches_oracle(backend, device, recipe, alpha, limit, interl
     """g * sigmoid(alpha g) * (u + 1) with the clamps, on the interleaved or halves layout."""
     x = recipe.make(device)
     options = {"alpha": alpha, "limit": limit, "interleaved": interleaved}
-    assert_close(
-        backend.swiglu_oai_and_mul(x, **options),
-        oracle.swiglu_oai_and_mul(x.cpu(), **options),
-        clause="ACT-SWIGLU-OAI",
-        family=FAMILY,
-        dtype=x.dtype,
-        device=device,
-        atol_scale=oai_up_scale(x, **options),
-        context=describe(backend, device, "swiglu_oai_and_mul", **options),
-    )
+    scale = oai_up_scale(x, **options)
+    op = "swiglu_oai_and_mul"
+    _matches_oracle(backend, device, op, x, clause="ACT-SWIGLU-OAI", atol_scale=scale, **options)
 
 
 @pytest.mark.clause("ACT-SWIGLU-OAI-LAYOUT")
@@ -295,16 +295,7 @@ GELU_VARIANTS = [
 @given(recipe=gated_inputs(scales=(1.0, 3.0, 10.0)))
 def test_gelu_variant_matches_its_formula(backend, device, op, recipe):
     """new_gelu, fast_gelu and quick_gelu each equal their own formula, elementwise."""
-    x = recipe.make(device)
-    assert_close(
-        getattr(backend, op)(x),
-        getattr(oracle, op)(x.cpu()),
-        clause="ACT-GELU-VARIANTS",
-        family=FAMILY,
-        dtype=x.dtype,
-        device=device,
-        context=describe(backend, device, op),
-    )
+    _matches_oracle(backend, device, op, recipe.make(device), clause="ACT-GELU-VARIANTS")
 
 
 @pytest.mark.clause("ACT-SITU")
@@ -314,16 +305,8 @@ def test_situ_matches_oracle(backend, device, recipe, beta, linear_beta):
     """beta tanh(gate / beta) sigmoid(gate) times linear_beta tanh(up / linear_beta) (up when None)."""
     x = recipe.make(device)
     options = {"beta": beta, "linear_beta": linear_beta}
-    assert_close(
-        backend.situ_and_mul(x, **options),
-        oracle.situ_and_mul(x.cpu(), **options),
-        clause="ACT-SITU",
-        family=FAMILY,
-        dtype=x.dtype,
-        device=device,
-        atol_scale=situ_up_scale(x, **options),
-        context=describe(backend, device, "situ_and_mul", **options),
-    )
+    scale = situ_up_scale(x, **options)
+    _matches_oracle(backend, device, "situ_and_mul", x, clause="ACT-SITU", atol_scale=scale, **options)
 
 
 @pytest.mark.clause("ACT-SITU-BOUND")
