@@ -227,3 +227,116 @@ def test_float32_mask_with_half_queries_is_rejected(backend, device, q_dtype):
 def test_attention_errors(backend, device, case):
     """Bad attention input raises ValueError naming the argument."""
     check_backend_raises(case, backend, device)
+
+
+# --- ATTN-NAN: a NaN reaches exactly the rows that can see it ---------------------------------------
+
+
+def compare_nan(out, want, v, keep, *, clause, context, valid_keys=None):
+    """assert_close (NaN only where the oracle has NaN) on the rows ``keep`` [B, Hq, Sq] selects; the
+    absolute term scaled by the clean values ``v`` (ATTN-TOL)."""
+    keep = keep.cpu()[..., None]
+    out, want = torch.where(keep, out.detach().cpu(), 0), torch.where(keep, want, 0)
+    scale = value_scale(v, want.shape[1], valid_keys)
+    assert_close(out, want, clause=clause, family=FAMILY, atol_scale=scale, context=context)
+
+
+@st.composite
+def nan_sites(draw, recipe, positions):
+    """One NaN: (tensor, batch, head, position, column), the position drawn from ``positions[b]``."""
+    which = draw(st.sampled_from(("q", "k", "v")), label="nan_in")
+    b = draw(st.integers(0, recipe.batch - 1), label="nan_batch")
+    heads = recipe.q_heads if which == "q" else recipe.kv_heads
+    head = draw(st.integers(0, heads - 1), label="nan_head")
+    j = draw(st.sampled_from(positions[b]), label="nan_position")
+    return which, b, head, j, draw(st.integers(0, recipe.head_dim - 1), label="nan_column")
+
+
+def put_nan(tensors, site):
+    """Copies of (q, k, v) with the NaN of ``site`` written in."""
+    which, b, head, j, d = site
+    tensors = dict(zip("qkv", tensors, strict=True))
+    tensors[which] = tensors[which].clone()
+    tensors[which][b, head, j, d] = float("nan")
+    return tensors["q"], tensors["k"], tensors["v"]
+
+
+def excused_rows(site, allowed, q_heads, kv_heads):
+    """ATTN-NAN part 3: [B, Hq, Sq] True where a k/v NaN lies in the row's own sequence but is masked
+    for it (``allowed`` [B, Sq, Sk]); a q NaN excuses nothing."""
+    which, b, head, j, _ = site
+    excused = torch.zeros(allowed.shape[0], q_heads, allowed.shape[1], dtype=torch.bool)
+    if which != "q":
+        group = q_heads // kv_heads
+        excused[b, head * group : (head + 1) * group] = ~allowed[b, :, j]
+    return excused
+
+
+@pytest.mark.clause("ATTN-NAN")
+@pytest.mark.op("prefill_attention")
+@given(
+    data=st.data(),
+    recipe=attention_recipes(max_len=20, dtypes=(torch.float32, torch.bfloat16)),
+    padding=st.sampled_from(PADDING_PATTERNS),
+)
+def test_prefill_nan_reaches_exactly_the_rows_that_see_it(backend, device, data, recipe, padding):
+    """One NaN in a valid token's q, k or v: the rows that see it are NaN where the oracle is (its
+    column for v, all of it for q and k), not zeros; every other batch element, head and row that
+    cannot be excused (part 3) matches the oracle exactly as without it."""
+    sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
+    padding_mask = make_padding_mask(padding, recipe.batch, recipe.kv_len, recipe.seed)
+    valid = (
+        torch.ones(recipe.batch, recipe.kv_len, dtype=torch.bool) if padding_mask is None else padding_mask
+    )
+    positions = [valid[b].nonzero().flatten().tolist() or [0] for b in range(recipe.batch)]
+    site = data.draw(nan_sites(recipe, positions), label="nan_site")
+    clean = recipe.make(device)
+    q, k, v = put_nan(clean, site)
+    scale = oracle.default_scale(recipe.head_dim)
+    on_device = None if padding_mask is None else padding_mask.to(device)
+    out = backend.prefill_attention(
+        q, k, v, sliding_window=sliding_window, padding_mask=on_device, scale=scale
+    )
+    want = oracle.prefill_attention(
+        q.cpu(), k.cpu(), v.cpu(), sliding_window=sliding_window, padding_mask=padding_mask, scale=scale
+    )
+    allowed = oracle.encoder_attention_mask(
+        recipe.kv_len, sliding_window=sliding_window, padding_mask=padding_mask
+    )
+    allowed = allowed.expand(recipe.batch, 1, recipe.kv_len, recipe.kv_len)[:, 0]
+    keep = valid[:, None, :] & ~excused_rows(site, allowed, recipe.q_heads, recipe.kv_heads)
+    context = describe(
+        backend, device, "prefill_attention", recipe=recipe, sliding_window=sliding_window,
+        padding=padding, nan_at=site,
+    )  # fmt: skip
+    compare_nan(out, want, clean[2], keep, clause="ATTN-NAN", context=context, valid_keys=padding_mask)
+
+
+@pytest.mark.clause("ATTN-NAN")
+@pytest.mark.op("decode_attention")
+@given(data=st.data(), recipe=attention_recipes(same_len=False, q_len=1, max_len=24, dtypes=(torch.float32,)))
+def test_decode_nan_reaches_exactly_the_rows_that_see_it(backend, device, data, recipe):
+    """One NaN in the decode query or in a cache row inside the window, NaN in every stale row: the
+    sequence that sees it is NaN where the oracle is, every other sequence matches it exactly."""
+    seq_lens = data.draw(decode_lengths(recipe.batch, recipe.kv_len), label="seq_lens")
+    sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
+    window = recipe.kv_len if sliding_window is None else sliding_window
+    positions = [list(range(max(0, n - window), n)) for n in seq_lens.tolist()]
+    site = data.draw(nan_sites(recipe, positions), label="nan_site")
+    if site[0] == "q":
+        site = (*site[:3], 0, site[4])  # the query has one row
+    clean = recipe.make(device)
+    q, k, v = put_nan(clean, site)
+    k, v = (poison_stale_rows(t, seq_lens, float("nan")) for t in (k, v))
+    scale = oracle.default_scale(recipe.head_dim)
+    out = backend.decode_attention(q, k, v, seq_lens.to(device), sliding_window=sliding_window, scale=scale)
+    want = oracle.decode_attention(
+        q.cpu(), k.cpu(), v.cpu(), seq_lens, sliding_window=sliding_window, scale=scale
+    )
+    valid_keys = torch.arange(recipe.kv_len)[None, :] < seq_lens[:, None]
+    context = describe(
+        backend, device, "decode_attention", recipe=recipe, seq_lens=seq_lens.tolist(),
+        sliding_window=sliding_window, nan_at=site, stale_rows="nan",
+    )  # fmt: skip
+    keep = torch.ones(recipe.batch, recipe.q_heads, 1, dtype=torch.bool)
+    compare_nan(out, want, clean[2], keep, clause="ATTN-NAN", context=context, valid_keys=valid_keys)

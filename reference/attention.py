@@ -21,6 +21,7 @@ __all__ = [
     "attention",
     "decode_attention",
     "default_scale",
+    "masked_values_product",
     "prefill_attention",
     "require_scale",
     "validate_decode_args",
@@ -70,7 +71,9 @@ def attention(
 
     ``allowed`` is bool, True = attend, broadcastable to [B, Hq, Sq, Sk]. GQA: query head h
     reads k/v head h // (Hq / Hkv). A query row with no allowed key returns zeros. A key
-    that is not allowed gets probability exactly 0 (its score is never exponentiated).
+    that is not allowed gets probability exactly 0 (its score is never exponentiated) and its
+    value is never read. ATTN-NAN: a NaN in q, or in an allowed key, makes the whole row NaN; a
+    NaN in an allowed value makes that column of the row NaN; a NaN the row cannot see changes nothing.
     """
     batch, q_heads, kv_heads, q_len, kv_len, head_dim = validate_qkv(q, k, v)
     scale = require_scale(scale)
@@ -104,10 +107,34 @@ def attention(
         scores = scores.masked_fill(~block_allowed, float("-inf"))
         row_max = scores.amax(-1, keepdim=True).clamp_min(torch.finfo(torch.float64).min)
         weights = torch.exp(scores - row_max)  # exp(-inf) = 0 for every key not allowed
-        total = weights.sum(-1, keepdim=True)
-        probs = torch.where(total > 0, weights / total, 0.0)
-        out[:, :, :, rows] = probs @ v[..., keys, :]
+        # ATTN-NAN: a visible NaN score makes its row's total NaN and so every probability NaN; only
+        # a row with no allowed key is zeros by definition (0 / 0 there is replaced, nothing else).
+        empty = ~block_allowed.any(-1, keepdim=True)
+        probs = (weights / weights.sum(-1, keepdim=True)).masked_fill(empty, 0.0)
+        out[:, :, :, rows] = masked_values_product(probs, v[..., keys, :], block_allowed)
     return out.reshape(batch, q_heads, q_len, head_dim)
+
+
+def masked_values_product(probs: torch.Tensor, values: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """ATTN-NAN: probs @ values where a value that is not allowed is never read (no 0 * NaN or
+    0 * inf) and a NaN value reaches exactly the rows that allow its key, in its column.
+
+    probs [..., R, K] (exactly 0 where not allowed), values [..., K, D], allowed broadcastable to
+    probs. An allowed +-inf value adds +-inf to its column (NaN with both signs or a NaN), as
+    p * v does for the p > 0 that every allowed key has.
+    """
+    bad = ~torch.isfinite(values)
+    if not bool(bad.any()):
+        return probs @ values
+    out = probs @ values.masked_fill(bad, 0.0)
+    allowed = allowed.to(values.dtype)
+
+    def hits(which: torch.Tensor) -> torch.Tensor:  # [..., R, D]: rows that allow such a value
+        return (allowed @ which.to(values.dtype)) > 0
+
+    nan, pos, neg = hits(torch.isnan(values)), hits(values == float("inf")), hits(values == float("-inf"))
+    term = torch.where(pos, float("inf"), 0.0) + torch.where(neg, float("-inf"), 0.0)
+    return out + term.masked_fill(nan, float("nan"))
 
 
 def validate_prefill_qkv(q, k, v) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.attention import require_scale
+from reference.attention import masked_values_product, require_scale
 from reference.masks import require_window
 from reference.serving_windows import layer_windows, window_kernel_args, window_keys
 from reference.validation import require_float_tensor, require_positive_finite_or_none
@@ -155,7 +155,8 @@ def sink_softmax(scores: torch.Tensor, allowed: torch.Tensor, sinks: torch.Tenso
     """SERVE-SINKS / ATTN: probabilities over the last dim of ``scores`` restricted to ``allowed``.
 
     ``sinks`` (broadcast against scores' shape without its last dim) adds exp(sink) to the
-    denominator only. A row with no allowed key gets zeros. Float64 in, float64 out.
+    denominator only. A row with no allowed key gets zeros; a NaN
+    score it allows, or a NaN sink, makes its row NaN (SERVE-NAN). Float64 in, float64 out.
     """
     scores = scores.masked_fill(~allowed, float("-inf"))
     row_max = scores.amax(-1, keepdim=True)
@@ -166,7 +167,9 @@ def sink_softmax(scores: torch.Tensor, allowed: torch.Tensor, sinks: torch.Tenso
     total = weights.sum(-1, keepdim=True)
     if sinks is not None:
         total = total + torch.exp(sinks[..., None] - row_max)
-    return torch.where(total > 0, weights / total, 0.0)
+    # SERVE-NAN: a visible NaN score (or a NaN sink) makes the row's total NaN and so every probability
+    # NaN; only a row with no allowed key is zeros by definition (its 0 / 0 is replaced, nothing else).
+    return (weights / total).masked_fill(~allowed.any(-1, keepdim=True), 0.0)
 
 
 def _gather(
@@ -273,7 +276,14 @@ def _attend_block(out, q_rows, keys, values, meta: ServingBatch, b: int, r0: int
         scores.div_(meta.softcap).tanh_().mul_(meta.softcap)
     _mask_bands(scores.view(kv_heads, group, rows, hi - lo), first_row, lo, window)
     total = _exp_rows(scores.view(kv_heads, group, rows, hi - lo), sink)
-    block = (scores @ values[:, span]).view(kv_heads, group, rows, -1).div_(total)  # [Hkv, G, R, Dv]
+    visible = values[:, span]
+    if bool(torch.isnan(visible).any()):  # SERVE-NAN: only the rows that see a NaN value get it
+        mask = torch.zeros(rows, hi - lo, dtype=torch.float64, device=scores.device)
+        _mask_bands(mask.view(1, 1, rows, hi - lo), first_row, lo, window)  # -inf where masked
+        visible = masked_values_product(scores, visible, (mask == 0).repeat(group, 1))
+    else:
+        visible = scores @ visible
+    block = visible.view(kv_heads, group, rows, -1).div_(total)  # [Hkv, G, R, Dv]
     out.copy_(block.permute(2, 0, 1, 3).reshape(rows, q_heads, -1))
 
 

@@ -14,7 +14,10 @@ from reference import attention, masks
 
 
 def brute_force_attention(q, k, v, allowed, scale):
-    """ATTN element by element: softmax over allowed keys, zeros for an empty row, head h reads h // group."""
+    """ATTN element by element: softmax over allowed keys, zeros for an empty row, head h reads h // group.
+
+    ATTN-NAN as the spec states it: only allowed keys are read; a NaN score makes the row NaN, a NaN
+    value reaches its column through p * v (Python and torch arithmetic propagate it)."""
     batch, q_heads, q_len, dim = q.shape
     group = q_heads // k.shape[1]
     out = torch.zeros(batch, q_heads, q_len, dim, dtype=torch.float64)
@@ -26,6 +29,9 @@ def brute_force_attention(q, k, v, allowed, scale):
                 if not keys:
                     continue
                 scores = [scale * float(q[b, h, i].double() @ k[b, h // group, j].double()) for j in keys]
+                if any(math.isnan(s) for s in scores):  # ATTN-NAN: a NaN score it sees: all NaN
+                    out[b, h, i] = float("nan")
+                    continue
                 top = max(scores)
                 weights = [math.exp(s - top) for s in scores]
                 for w, j in zip(weights, keys, strict=True):
@@ -121,3 +127,60 @@ def test_attention_oracle_raises_the_shared_error_cases(case):
     """ATTN-ERRORS: every shared bad-input record raises ValueError naming the argument."""
     with pytest.raises(case.exception, match=case.match):
         case.call(attention)
+
+
+def _poison(tensors, seed, count=3, value=float("nan")):
+    """Copies of ``tensors`` with ``count`` random elements of each set to ``value``."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for t in tensors:
+        t = t.clone()
+        flat = t.view(-1)
+        flat[torch.randint(0, flat.numel(), (count,), generator=gen)] = value
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("block", [2, 256])
+@pytest.mark.parametrize("seed", range(6))
+def test_nan_reaches_exactly_the_rows_that_see_it(monkeypatch, seed, block):
+    """ATTN-NAN: NaN in q, k and v reach exactly the rows (and, for v, the columns) the spec says,
+    in blocks of rows too; a fully masked row stays zeros; none is swallowed into a zero row."""
+    monkeypatch.setattr(attention, "QUERY_BLOCK", block)
+    q, k, v = _poison(_qkv(seed, q_len=6, kv_len=7), seed)
+    allowed = torch.rand(2, 1, 6, 7, generator=torch.Generator().manual_seed(seed)) < 0.5
+    allowed[0, 0, 0] = False
+    got = attention.attention(q, k, v, allowed=allowed, scale=0.3)
+    want = brute_force_attention(q, k, v, allowed, 0.3)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+    assert torch.equal(got[0, :, 0], torch.zeros_like(got[0, :, 0]))
+    assert torch.isnan(want).any() and not torch.isnan(want).all()
+
+
+def test_nan_in_a_visible_query_key_or_value_is_not_a_zero_row():
+    """ATTN-NAN: the pattern where(total > 0, w / total, 0) would turn each of these rows into zeros."""
+    q, k, v = _qkv(1, batch=1, q_heads=2, kv_heads=1, q_len=3, kv_len=3)
+    q[0, 0, 0, 0] = k[0, 0, 1, 2] = v[0, 0, 2, 5] = float("nan")
+    got = attention.prefill_attention(q, k, v, sliding_window=None, padding_mask=None, scale=0.5)
+    assert torch.isnan(got[0, 0, 0]).all()  # its own query
+    assert torch.isfinite(got[0, 1, 0]).all()  # row 0 of head 1 sees only key 0
+    assert torch.isnan(got[0, :, 1:]).all()  # rows 1, 2 see key 1
+    got = attention.decode_attention(q[:, :, 2:], k, v, torch.tensor([3]), sliding_window=1, scale=0.5)
+    assert torch.isnan(got[..., 5]).all() and torch.isfinite(got[..., :5]).all()  # sees only v[2]
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf"), float("-inf"), 1e30])
+def test_what_a_row_cannot_see_never_reaches_it(poison):
+    """ATTN-NAN, ATTN-PREFILL: non-finite keys and values at padded, future and out-of-window
+    positions leave every valid row equal to the clean one (no 0 * NaN, no 0 * inf)."""
+    q, k, v = _qkv(3, q_len=8, kv_len=8)
+    padding = torch.ones(2, 8, dtype=torch.bool)
+    padding[0, 2] = padding[1, 0] = False
+    clean = attention.prefill_attention(q, k, v, sliding_window=3, padding_mask=padding, scale=0.4)
+    kp, vp = k.clone(), v.clone()
+    for b, j in ((0, 2), (1, 0)):  # padded keys: nobody sees them
+        kp[b, :, j] = vp[b, :, j] = poison
+    kp[:, :, 7] = vp[:, :, 7] = poison  # the last key: only row 7 sees it
+    got = attention.prefill_attention(q, kp, vp, sliding_window=3, padding_mask=padding, scale=0.4)
+    valid = padding[:, None, :7, None].expand(2, 4, 7, 8)
+    torch.testing.assert_close(got[:, :, :7][valid], clean[:, :, :7][valid], rtol=0, atol=0)

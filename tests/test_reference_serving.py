@@ -13,7 +13,10 @@ from reference import attention, masks, serving
 
 
 def brute_force(q, k_cache, v_cache, table, cu_seqlens_q, seq_lens, window, softcap, sinks, scale):
-    """SERVE written from the spec text alone: per token, head and position, in Python floats."""
+    """SERVE written from the spec text alone: per token, head and position, in Python floats.
+
+    SERVE-NAN as stated: only visible slots are read; a NaN score or sink makes the row NaN, a NaN
+    value reaches its column through weight * x."""
     block_size, group = k_cache.shape[1], q.shape[1] // k_cache.shape[2]
     qs, ks, vs = q.double().tolist(), k_cache.double().tolist(), v_cache.double().tolist()
     table, starts, lengths = table.tolist(), cu_seqlens_q.tolist(), seq_lens.tolist()
@@ -33,6 +36,9 @@ def brute_force(q, k_cache, v_cache, table, cu_seqlens_q, seq_lens, window, soft
                     keys.append(slot)
                     scores.append(s if softcap is None else softcap * math.tanh(s / softcap))
                 extra = [] if sinks is None else [float(sinks[h])]
+                if any(math.isnan(s) for s in scores + extra):  # SERVE-NAN: a NaN logit it sees
+                    out[t][h] = [float("nan")] * v_cache.shape[3]
+                    continue
                 top = max(scores + extra)
                 denominator = sum(math.exp(s - top) for s in scores + extra)
                 for s, (blk, slot) in zip(scores, keys, strict=True):
@@ -297,3 +303,56 @@ def test_sink_softmax_equals_gpt_oss_with_an_empty_row():
     got = serving.sink_softmax(scores, allowed, sinks[None, :, None]) @ vv
     torch.testing.assert_close(got, peer.transpose(1, 2), rtol=1e-10, atol=1e-10)
     assert torch.equal(got[:, :, 3], torch.zeros_like(got[:, :, 3]))
+
+
+@pytest.mark.parametrize("name", ["ragged-bs1", "bs16-window4-softcap", "shared-prefix-sinks", "everything"])
+@pytest.mark.parametrize("seed", range(3))
+def test_nan_reaches_exactly_the_rows_that_see_it(name, seed):
+    """SERVE-NAN: NaN in q, in cache slots (visible, masked, evicted, spare) and in a sink reach
+    exactly the rows the brute force says (values: their column), none swallowed into zeros."""
+    call, _ = run_case(GRID[name])
+    gen = torch.Generator().manual_seed(seed)
+    for arg in ("q", "k_cache", "v_cache", "sinks"):
+        if call[arg] is None or (arg == "sinks" and seed != 1):
+            continue
+        poisoned = call[arg].clone()
+        flat = poisoned.view(-1)
+        flat[torch.randint(0, flat.numel(), (1 if arg == "sinks" else 3,), generator=gen)] = float("nan")
+        call[arg] = poisoned
+    got, want = serving.paged_attention(**call), _brute(call)
+    assert torch.isnan(want).any() and not torch.isnan(want).all()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_masked_and_evicted_nan_values_do_not_leak():
+    """SERVE-NAN: one sequence, all queries in one block: a NaN value at the last position (the
+    future of every other row) and at position 0 (outside the later rows' window) reach only the
+    rows that see them; position 0 and the last at once."""
+    q, k, v = _dense_qkv(4, batch=1, length=6)
+    v = v.clone()
+    v[0, 0, 0, 1] = v[0, 1, 5, 3] = float("nan")
+    got = _paged_dense(q, k, v, block_size=4, seq_lens=[6], window=3)[0]  # [Hq, 6, D]
+    group = 2
+    for h in range(4):
+        want = torch.zeros(6, 8, dtype=torch.bool)
+        if h // group == 0:
+            want[:3, 1] = True  # rows 0..2 see position 0
+        else:
+            want[5, 3] = True  # only row 5 sees position 5
+        assert torch.equal(torch.isnan(got[h]), want), h
+
+
+def test_sink_softmax_propagates_nan_but_keeps_empty_rows_zero():
+    """SERVE-NAN: a NaN score a row allows or a NaN sink makes the row NaN; a masked NaN score does
+    not; a row with no allowed key is zeros."""
+    nan = float("nan")
+    scores = torch.tensor(
+        [[nan, 1.0, 2.0], [1.0, nan, 0.0], [1.0, 2.0, 3.0], [nan, nan, nan]], dtype=torch.float64
+    )
+    allowed = torch.tensor([[True, True, True], [True, False, True], [True, True, True], [False] * 3])
+    sinks = torch.tensor([0.0, 0.0, nan, 0.0], dtype=torch.float64)
+    probs = serving.sink_softmax(scores, allowed, sinks)
+    assert torch.isnan(probs[0]).all() and torch.isnan(probs[2]).all()
+    assert torch.isfinite(probs[1]).all() and probs[1, 1] == 0
+    assert torch.equal(probs[3], torch.zeros(3, dtype=torch.float64))
+    assert torch.isnan(serving.sink_softmax(scores, allowed, None)[0]).all()
