@@ -347,3 +347,72 @@ def test_prefill_and_decode_keep_the_same_window(backend, device, window):
 def test_serving_errors(backend, device, case):
     """Bad serving input raises ValueError naming the argument."""
     check_backend_raises(case, backend, device)
+
+
+# --- SERVE-NAN: a NaN reaches exactly the rows that can see it --------------------------------------
+
+
+@st.composite
+def serving_nan_sites(draw, batch, window):
+    """One NaN: ("q", token, head, column) or (k_cache / v_cache, block, offset, kv head, column) at a
+    position some query of its sequence may see (e_b .. L_b - 1, SERVE-EVICT)."""
+    recipe = batch.recipe
+    which = draw(st.sampled_from(("q", "k_cache", "v_cache")), label="nan_in")
+    if which == "q":
+        token = draw(st.integers(0, batch.q.shape[0] - 1), label="nan_token")
+        return which, token, draw(st.integers(0, recipe.q_heads - 1), label="nan_head"), None
+    b = draw(st.integers(0, len(recipe.seq_lens) - 1), label="nan_sequence")
+    p = draw(st.integers(batch.first_visible(b, window), recipe.seq_lens[b] - 1), label="nan_position")
+    slot = (batch.ids[b][p // recipe.block_size], p % recipe.block_size)
+    return which, slot, draw(st.integers(0, recipe.kv_heads - 1), label="nan_kv_head"), None
+
+
+def compared_serving_rows(batch, site, window) -> torch.Tensor:
+    """SERVE-NAN: [T, Hq] True for the rows compared with the oracle: every row for a query NaN; for a
+    cache NaN, the rows of the sequences holding its slot, except those of its kv head for which the
+    slot lies in the sequence but is masked (part 3)."""
+    recipe = batch.recipe
+    which, slot, head, _ = site
+    if which == "q":
+        return torch.ones(batch.q.shape[0], recipe.q_heads, dtype=torch.bool)
+    keep = torch.zeros(batch.q.shape[0], recipe.q_heads, dtype=torch.bool)
+    bs, heads = recipe.block_size, slice(head * recipe.group, (head + 1) * recipe.group)
+    for b, rows in enumerate(batch.row_slices()):
+        length, n = recipe.seq_lens[b], recipe.query_lens[b]
+        held = [p for p in range(length) if (batch.ids[b][p // bs], p % bs) == slot]
+        if not held:
+            continue
+        keep[rows] = True
+        for p in held:
+            for r in range(n):
+                position = length - n + r
+                if p > position or (window is not None and position - p >= window):
+                    keep[rows.start + r, heads] = False
+    return keep
+
+
+@pytest.mark.clause("SERVE-NAN")
+@pytest.mark.op("paged_attention")
+@given(data=st.data(), recipe=serving_recipes(dtypes=F32, dims=((16, 16), (32, 32))))
+def test_nan_reaches_exactly_the_rows_that_see_it(backend, device, data, recipe):
+    """One NaN in a query or in a visible cache slot, NaN in every unread slot: the rows that see it
+    are NaN where the oracle is (not zeros); the other rows compared (part 3) match the oracle."""
+    window = data.draw(windows(recipe), label="sliding_window")
+    batch = recipe.make(device).poison(float("nan"))
+    site = data.draw(serving_nan_sites(batch, window), label="nan_site")
+    which, where, head, _ = site
+    column = data.draw(st.integers(0, getattr(batch, which).shape[-1] - 1), label="nan_column")
+    tensor = getattr(batch, which).clone()
+    tensor[(where, head, column) if which == "q" else (*where, head, column)] = float("nan")
+    poisoned = batch.with_caches(
+        tensor if which == "k_cache" else batch.k_cache, tensor if which == "v_cache" else batch.v_cache
+    )
+    poisoned.q = tensor if which == "q" else batch.q
+    opts = options(recipe, sliding_window=window)
+    out, want = run(backend, poisoned, opts), oracle(poisoned, opts)
+    keep = compared_serving_rows(batch, site, window)
+    context = describe(backend, device, "paged_attention", recipe=recipe, sliding_window=window,
+                       nan_at=(*site[:3], column), unread_slots="nan")  # fmt: skip
+    keep = keep[:, :, None]
+    compare(torch.where(keep.to(out.device), out, 0), torch.where(keep, want, 0), batch, clause="SERVE-NAN",
+            context=context)  # fmt: skip
