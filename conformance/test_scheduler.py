@@ -22,6 +22,7 @@ from conformance.strategies.scheduler import (
     SANA_STEPS,
     SDE,
     TrajectoryRecipe,
+    construct_case,
     partial_configs,
     sana_trajectory,
     scheduler_configs,
@@ -184,7 +185,7 @@ def check_construction(backend, device, config: dict, steps: int) -> None:
 @pytest.mark.op(OP)
 @pytest.mark.parametrize(
     "config, steps",
-    [pytest.param(config, steps, id=f"without-{key}") for key, (config, steps) in CONSTRUCT_CASES.items()]
+    [pytest.param(*construct_case(key), id=f"without-{key}") for key in CONSTRUCT_CASES]
     + [pytest.param({}, 10, id="without-all"), pytest.param(SANA_CONFIG, SANA_STEPS, id="sana-published")],
 )
 def test_omitted_keys_take_diffusers_defaults(backend, device, config, steps):

@@ -230,6 +230,32 @@ class DecodeReadsStaleRows(NativeBackend):
         return native.attention(q, k_cache, v_cache, allowed=allowed[:, :, None, :], scale=scale)
 
 
+class NanRowsSwallowed(NativeBackend):
+    """Prefill's softmax guards its empty rows with ``where(total > 0, w / total, 0)``: a NaN total
+    is not > 0, so a NaN in a visible query or key turns the row into zeros instead of NaN.
+
+    Origin: the fully-masked-row guard of hand-written attention kernels (and of this suite's own
+    oracle before ATTN-NAN): right for every finite input, it hides the NaN a model produced.
+    Caught by: ATTN-NAN.
+    """
+
+    clauses = {"ATTN-NAN"}
+
+    def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
+        _, seq_len, sliding_window, padding_mask = attention_oracle.validate_prefill_args(
+            q, k, v, sliding_window=sliding_window, padding_mask=padding_mask
+        )
+        allowed = native.encoder_attention_mask(
+            seq_len, sliding_window=sliding_window, padding_mask=padding_mask, device=q.device
+        )
+        group = q.shape[1] // k.shape[1]
+        k, v = (t.float().repeat_interleave(group, dim=1) for t in (k, v))
+        scores = (q.float() @ k.transpose(-1, -2) * scale).masked_fill(~allowed, float("-inf"))
+        weights = torch.exp(scores - scores.amax(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min))
+        total = weights.sum(-1, keepdim=True)
+        return (torch.where(total > 0, weights / total, 0.0) @ v).to(q.dtype)
+
+
 BACKENDS = [
     named(WindowOnFutureSide, "wrong-window-on-future-side"),
     named(PreTokensEqualsWindow, "wrong-pre-tokens-equals-window"),
@@ -242,4 +268,5 @@ BACKENDS = [
     named(GqaHeadsTiled, "wrong-gqa-heads-tiled"),
     named(AttentionInBfloat16, "wrong-attention-in-bfloat16"),
     named(DecodeReadsStaleRows, "wrong-decode-reads-stale-rows"),
+    named(NanRowsSwallowed, "wrong-nan-rows-swallowed"),
 ]

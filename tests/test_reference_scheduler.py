@@ -5,11 +5,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import itertools
+import re
 
 import pytest
 import torch
 
-from conformance.strategies.scheduler import TrajectoryRecipe, synthetic_model_output
+from conformance.strategies.scheduler import CONSTRUCT_CASES, TrajectoryRecipe, synthetic_model_output
 from conformance.tolerances import tolerance
 from reference import scheduler as oracle
 
@@ -242,3 +243,24 @@ def test_configuration_defaults_are_the_spec_and_diffusers_defaults():
     assert {key: peer().config[key] for key in SPEC_DEFAULTS} == SPEC_DEFAULTS
     signature = inspect.signature(peer.__init__).parameters
     assert {key: signature[key].default for key in SPEC_DEFAULTS} == SPEC_DEFAULTS
+
+
+def test_one_wrong_default_fails_only_its_own_construct_case(tmp_path):
+    """DPM-CONSTRUCT: a backend (through --backend-module) with exactly one wrong default fails the
+    "without-KEY" case of that key and no other key's (each case leaves out only its key)."""
+    from tests.suite_runner import run_suite
+
+    wrong = {"wrong-beta-schedule-default": "beta_schedule", "wrong-flow-shift-none-default": "flow_shift"}
+    document = run_suite(
+        tmp_path,
+        paths=["conformance/test_scheduler.py"],
+        modules=["mutants.scheduler:BACKENDS"],
+        extra=[*(f"--backend={name}" for name in wrong), "-k", "test_omitted_keys_take_diffusers_defaults"],
+    )
+    case_id = re.compile(r"without-[a-z_]+|sana-published")
+    keys = {f"without-{k}" for k in CONSTRUCT_CASES}
+    for mutant, key in wrong.items():
+        cases = [c for c in document["results"] if c["backend"] == mutant]
+        assert len(cases) == len(keys) + 2, [c["nodeid"] for c in cases]
+        failed = {case_id.search(c["nodeid"]).group() for c in cases if c["outcome"] == "failed"}
+        assert failed & keys == {f"without-{key}"}, (mutant, sorted(failed))

@@ -46,6 +46,15 @@ CONSTRUCT_CASES = {
 }
 
 
+def construct_case(key: str) -> tuple[dict, int]:
+    """DPM-CONSTRUCT's "without KEY" case: every other key given (its default, or the case's context),
+    only ``key`` left out, so a wrong default of one key fails that key's case alone."""
+    context, steps = CONSTRUCT_CASES[key]
+    config = {**DEFAULT_CONFIG, **context}
+    del config[key]
+    return config, steps
+
+
 @dataclass(frozen=True)
 class TrajectoryRecipe:
     """A reproducible denoising run: the same recipe always gives the same initial sample and noise."""
