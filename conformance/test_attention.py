@@ -14,6 +14,7 @@ from conformance.checks import assert_close, check_raises, describe
 from conformance.error_cases import ATTENTION_ERRORS, check_backend_raises, params
 from conformance.strategies.attention import attention_recipes, decode_lengths, windows_inside
 from conformance.strategies.masks import PADDING_PATTERNS, make_padding_mask, windows
+from conformance.strategies.nan import excused_rows, nan_sites, put_nan
 from conformance.tolerances import value_scale
 from reference import attention as oracle
 from reference.masks import additive_mask
@@ -239,37 +240,6 @@ def compare_nan(out, want, v, keep, *, clause, context, valid_keys=None):
     out, want = torch.where(keep, out.detach().cpu(), 0), torch.where(keep, want, 0)
     scale = value_scale(v, want.shape[1], valid_keys)
     assert_close(out, want, clause=clause, family=FAMILY, atol_scale=scale, context=context)
-
-
-@st.composite
-def nan_sites(draw, recipe, positions):
-    """One NaN: (tensor, batch, head, position, column), the position drawn from ``positions[b]``."""
-    which = draw(st.sampled_from(("q", "k", "v")), label="nan_in")
-    b = draw(st.integers(0, recipe.batch - 1), label="nan_batch")
-    heads = recipe.q_heads if which == "q" else recipe.kv_heads
-    head = draw(st.integers(0, heads - 1), label="nan_head")
-    j = draw(st.sampled_from(positions[b]), label="nan_position")
-    return which, b, head, j, draw(st.integers(0, recipe.head_dim - 1), label="nan_column")
-
-
-def put_nan(tensors, site):
-    """Copies of (q, k, v) with the NaN of ``site`` written in."""
-    which, b, head, j, d = site
-    tensors = dict(zip("qkv", tensors, strict=True))
-    tensors[which] = tensors[which].clone()
-    tensors[which][b, head, j, d] = float("nan")
-    return tensors["q"], tensors["k"], tensors["v"]
-
-
-def excused_rows(site, allowed, q_heads, kv_heads):
-    """ATTN-NAN part 3: [B, Hq, Sq] True where a k/v NaN lies in the row's own sequence but is masked
-    for it (``allowed`` [B, Sq, Sk]); a q NaN excuses nothing."""
-    which, b, head, j, _ = site
-    excused = torch.zeros(allowed.shape[0], q_heads, allowed.shape[1], dtype=torch.bool)
-    if which != "q":
-        group = q_heads // kv_heads
-        excused[b, head * group : (head + 1) * group] = ~allowed[b, :, j]
-    return excused
 
 
 @pytest.mark.clause("ATTN-NAN")

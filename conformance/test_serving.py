@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from conformance.checks import assert_close, check, describe
 from conformance.error_cases import check_backend_raises, params
 from conformance.serving_errors import SERVING_ERRORS
+from conformance.strategies.nan import compared_serving_rows, serving_nan_sites
 from conformance.strategies.serving import (
     MIXED_DIMS,
     POISONS,
@@ -350,45 +351,6 @@ def test_serving_errors(backend, device, case):
 
 
 # --- SERVE-NAN: a NaN reaches exactly the rows that can see it --------------------------------------
-
-
-@st.composite
-def serving_nan_sites(draw, batch, window):
-    """One NaN: ("q", token, head, column) or (k_cache / v_cache, block, offset, kv head, column) at a
-    position some query of its sequence may see (e_b .. L_b - 1, SERVE-EVICT)."""
-    recipe = batch.recipe
-    which = draw(st.sampled_from(("q", "k_cache", "v_cache")), label="nan_in")
-    if which == "q":
-        token = draw(st.integers(0, batch.q.shape[0] - 1), label="nan_token")
-        return which, token, draw(st.integers(0, recipe.q_heads - 1), label="nan_head"), None
-    b = draw(st.integers(0, len(recipe.seq_lens) - 1), label="nan_sequence")
-    p = draw(st.integers(batch.first_visible(b, window), recipe.seq_lens[b] - 1), label="nan_position")
-    slot = (batch.ids[b][p // recipe.block_size], p % recipe.block_size)
-    return which, slot, draw(st.integers(0, recipe.kv_heads - 1), label="nan_kv_head"), None
-
-
-def compared_serving_rows(batch, site, window) -> torch.Tensor:
-    """SERVE-NAN: [T, Hq] True for the rows compared with the oracle: every row for a query NaN; for a
-    cache NaN, the rows of the sequences holding its slot, except those of its kv head for which the
-    slot lies in the sequence but is masked (part 3)."""
-    recipe = batch.recipe
-    which, slot, head, _ = site
-    if which == "q":
-        return torch.ones(batch.q.shape[0], recipe.q_heads, dtype=torch.bool)
-    keep = torch.zeros(batch.q.shape[0], recipe.q_heads, dtype=torch.bool)
-    bs, heads = recipe.block_size, slice(head * recipe.group, (head + 1) * recipe.group)
-    for b, rows in enumerate(batch.row_slices()):
-        length, n = recipe.seq_lens[b], recipe.query_lens[b]
-        held = [p for p in range(length) if (batch.ids[b][p // bs], p % bs) == slot]
-        if not held:
-            continue
-        keep[rows] = True
-        for p in held:
-            for r in range(n):
-                position = length - n + r
-                if p > position or (window is not None and position - p >= window):
-                    keep[rows.start + r, heads] = False
-    return keep
 
 
 @pytest.mark.clause("SERVE-NAN")
