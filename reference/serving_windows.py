@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from reference.masks import CANN_MAX_TOKENS, require_window
 
-__all__ = ["layer_windows", "window_kernel_args", "window_keys"]
+__all__ = ["layer_windows", "use_sliding_window", "window_kernel_args", "window_keys"]
 
 # SERVE-WINDOW-ARGS: each API's window arguments, as a group of keys a dict may hold.
 _ARGUMENT_GROUPS = {
@@ -104,6 +104,20 @@ _LEGACY_RULES = {
 }
 
 
+# SERVE-LAYER-WINDOWS: the model types whose transformers config has a ``use_sliding_window`` switch,
+# each defaulting it to False (Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig). Every
+# other model type has no such field: its window is on unless a config says otherwise.
+_SWITCH_DEFAULTS_OFF = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+
+
+def use_sliding_window(config) -> bool:
+    """SERVE-LAYER-WINDOWS: whether ``config.sliding_window`` is used at all: ``use_sliding_window``
+    when the config has it (read as transformers and vLLM read it, by truth value), else that
+    model type's transformers default."""
+    default = getattr(config, "model_type", None) not in _SWITCH_DEFAULTS_OFF
+    return bool(getattr(config, "use_sliding_window", default))
+
+
 def _legacy_sliding(config, layers: int) -> list[bool]:
     """SERVE-LAYER-WINDOWS without ``layer_types``: which layers the model type's rule slides."""
     rule, field, default = _LEGACY_RULES.get(getattr(config, "model_type", None), ("all", None, None))
@@ -143,7 +157,7 @@ def layer_windows(config) -> list[int | None]:
     layers, window, layer_types = validate_layer_config(config)
     if layer_types is not None:
         sliding = [kind == "sliding_attention" for kind in layer_types]
-    elif window is None or getattr(config, "use_sliding_window", True) is False:
+    elif window is None or not use_sliding_window(config):
         sliding = [False] * layers
     else:
         sliding = _legacy_sliding(config, layers)
