@@ -88,21 +88,34 @@ BACKEND = [FlashAttentionWindows(), FiaWindows(), FiaCausalModeWithWindow()]
 '''
 
 WINDOW_ARGS_PROPERTY = "conformance/test_serving.py::test_prefill_and_decode_keep_the_same_window"
+WINDOW_CONV_PROPERTY = "conformance/test_masks.py::test_window_converter"
 
 
-def test_window_args_accept_each_apis_no_window_spelling(tmp_path):
+@pytest.fixture(scope="module")
+def window_demands(tmp_path_factory):
+    """One suite run (one subprocess) of the WINDOW-CONV and SERVE-WINDOW-ARGS properties against
+    the window adapters of this module."""
+    folder = tmp_path_factory.mktemp("window-demands")
+    (folder / "wide_next_tokens.py").write_text(textwrap.dedent(WIDE_NEXT_TOKENS))
+    (folder / "api_window_adapters.py").write_text(textwrap.dedent(API_WINDOW_ADAPTERS))
+    return run_suite(
+        folder, paths=[WINDOW_CONV_PROPERTY, WINDOW_ARGS_PROPERTY],
+        modules=["wide_next_tokens", "api_window_adapters"], extra=["--device", "cpu"], pythonpath=[folder],
+    )  # fmt: skip
+
+
+def test_window_args_accept_each_apis_no_window_spelling(window_demands):
     """SERVE-WINDOW-ARGS: FlashAttention's (-1, -1) and FIA's default next_tokens beside sparse_mode 3
     are 'no window' and conform; pre_tokens beside sparse_mode 3 keeps no window and fails."""
-    (tmp_path / "api_window_adapters.py").write_text(textwrap.dedent(API_WINDOW_ADAPTERS))
-    results = run_suite(
-        tmp_path, paths=[WINDOW_ARGS_PROPERTY], modules=["api_window_adapters"], extra=["--device", "cpu"],
-        pythonpath=[tmp_path],
-    )  # fmt: skip
     for name in ("flash-attention-windows", "fia-windows"):
-        counts = outcomes(results, name)
-        assert counts.get("passed") == 8 and "failed" not in counts, (name, counts, results["stdout"][-3000:])
-    wrong = outcomes(results, "fia-causal-mode-with-window")
-    assert wrong == {"passed": 1, "failed": 7}, (wrong, results["stdout"][-3000:])  # only W = None passes
+        counts = outcomes(window_demands, name)
+        assert counts.get("passed") == 8 and "failed" not in counts, (
+            name,
+            counts,
+            window_demands["stdout"][-3000:],
+        )
+    wrong = outcomes(window_demands, "fia-causal-mode-with-window")
+    assert wrong.get("passed") == 1 and wrong.get("failed") == 7, wrong  # only W = None passes
 
 
 def _kept_by_band(low, high, query=4000, keys=8000) -> int | None:
@@ -194,18 +207,10 @@ def test_wrong_dtype_activation_fails_the_property_clause(tmp_path):
     assert results["returncode"] == 1, results["stdout"][-3000:]
 
 
-def test_window_conv_leaves_next_tokens_free_without_a_window(tmp_path):
+def test_window_conv_leaves_next_tokens_free_without_a_window(window_demands):
     """WINDOW-CONV: cann_prefill_tokens(None) with a large next_tokens conforms (only pre_tokens is fixed)."""
-    (tmp_path / "wide_next_tokens.py").write_text(textwrap.dedent(WIDE_NEXT_TOKENS))
-    results = run_suite(
-        tmp_path,
-        paths=["conformance/test_masks.py::test_window_converter"],
-        modules=["wide_next_tokens"],
-        extra=["--device", "cpu"],
-        pythonpath=[tmp_path],
-    )
-    counts = outcomes(results, "wide-next-tokens")
-    assert counts.get("passed") == 6 and "failed" not in counts, (counts, results["stdout"])
+    counts = outcomes(window_demands, "wide-next-tokens")
+    assert counts.get("passed") == 6 and "failed" not in counts, (counts, window_demands["stdout"])
 
 
 class _Raises:
