@@ -1,6 +1,7 @@
 """Oracles of spec/serving.md's window clauses: which layers slide (SERVE-LAYER-WINDOWS) and how
 many keys a kernel's raw window arguments keep (SERVE-WINDOW-ARGS). Config parsing and integer
-arithmetic only, no tensors; ``reference.serving`` re-exports all three functions.
+arithmetic only, no tensors; ``reference.serving`` re-exports ``layer_windows``,
+``window_kernel_args`` and ``window_keys``.
 """
 
 from __future__ import annotations
