@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from reference.masks import require_window
 from reference.serving import ServingBatch, validate_paged_args
-from reference.serving_windows import validate_layer_config, window_kernel_args
+from reference.serving_windows import use_sliding_window, validate_layer_config, window_kernel_args
 
 __all__ = [
     "band",
@@ -122,7 +122,7 @@ def layer_windows(config) -> list[int | None]:
     when the config has it, else the model type's rule."""
     layers, window, kinds = validate_layer_config(config)
     if kinds is None:
-        if window is None or getattr(config, "use_sliding_window", True) is False:
+        if window is None or not use_sliding_window(config):
             return [None] * layers
         kinds = _legacy_kinds(config, layers)
     if "sliding_attention" in kinds:

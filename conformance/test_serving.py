@@ -289,9 +289,24 @@ PLAIN_CONFIGS = {
     "mistral": (_plain("mistral", 3, 16), [16, 16, 16]),
     "other-type-with-window": (_plain("starcoder2", 2, 32), [32, 32]),
     "gpt-oss": (_plain("gpt_oss", 3, 128), [128, None, 128]),
-    "qwen2-max-window-layers": (_plain("qwen2", 4, 32, max_window_layers=2), [None, None, 32, 32]),
-    "qwen2-default-max-window-layers": (_plain("qwen2", 2, 32), [None, None]),
-    "qwen2-moe": (_plain("qwen2_moe", 5, 32, max_window_layers=3), [32, None, 32, None, None]),
+    "qwen2-max-window-layers": (
+        _plain("qwen2", 4, 32, use_sliding_window=True, max_window_layers=2),
+        [None, None, 32, 32],
+    ),
+    "qwen2-default-max-window-layers": (
+        _plain("qwen2", 30, 32, use_sliding_window=True),
+        [None] * 28 + [32] * 2,
+    ),
+    "qwen2-use-sliding-window-missing": (_plain("qwen2", 3, 32, max_window_layers=1), [None] * 3),
+    "qwen2-moe": (
+        _plain("qwen2_moe", 5, 32, use_sliding_window=True, max_window_layers=3),
+        [32, None, 32, None, None],
+    ),
+    "qwen2-moe-use-sliding-window-missing": (_plain("qwen2_moe", 3, 32, max_window_layers=3), [None] * 3),
+    "qwen3-moe-use-sliding-window-missing": (_plain("qwen3_moe", 2, 32), [None] * 2),
+    "qwen3-moe": (_plain("qwen3_moe", 2, 32, use_sliding_window=True), [32, 32]),
+    "gemma3-default-pattern": (_plain("gemma3_text", 7, 8), [8] * 5 + [None, 8]),
+    "cohere2-default-pattern": (_plain("cohere2", 5, 16), [16, 16, 16, None, 16]),
     "no-window": (_plain("gemma2", 4, None), [None] * 4),
     "use-sliding-window-false": (_plain("qwen2", 3, 32, use_sliding_window=False), [None] * 3),
     "layer-types": (_plain("llama", 3, 5, layer_types=[_F, _S, _S]), [None, 5, 5]),
@@ -310,7 +325,8 @@ def test_layer_windows_of_plain_configs(backend, device, name):
           message=f"backend {backend.name!r}: layer_windows({config}) = {got}, expected {want}")  # fmt: skip
 
 
-TRANSFORMERS_CONFIGS = ("Gemma2Config", "Gemma3TextConfig", "GptOssConfig", "Cohere2Config", "MistralConfig")
+TRANSFORMERS_CONFIGS = ("Gemma2Config", "Gemma3TextConfig", "GptOssConfig", "Cohere2Config", "MistralConfig",
+                        "Qwen2Config", "Qwen3Config", "Qwen2MoeConfig", "Qwen3MoeConfig")  # fmt: skip
 
 
 @pytest.mark.clause("SERVE-LAYER-WINDOWS")

@@ -13,6 +13,7 @@ import torch
 from backends import paged
 from backends.native import NativeBackend
 from backends.npu import AscendBackend, emulator_unavailable, load_emulator
+from mutants import _serving_windows as windows
 from mutants import named
 from reference.serving import ServingBatch, validate_paged_args
 
@@ -384,4 +385,10 @@ BACKENDS = [
     named(OddLayersSlide, "wrong-odd-layers-slide"),
     named(PrefillDecodeWindowsOneApart, "wrong-prefill-decode-windows-one-apart"),
     named(FiaBandForSplitDecodes, "wrong-fia-band-for-split-decodes"),
+]
+
+
+BACKENDS += [
+    named(windows.QwenWindowSwitchDefaultsOn, "wrong-qwen-window-switch-defaults-on"),
+    named(windows.Cohere2WindowPlusOne, "wrong-cohere2-window-plus-one"),
 ]

@@ -1,42 +1,83 @@
 """Oracles of spec/serving.md's window clauses: which layers slide (SERVE-LAYER-WINDOWS) and how
 many keys a kernel's raw window arguments keep (SERVE-WINDOW-ARGS). Config parsing and integer
-arithmetic only, no tensors; ``reference.serving`` re-exports all three functions.
+arithmetic only, no tensors; ``reference.serving`` re-exports ``layer_windows``,
+``window_kernel_args`` and ``window_keys``.
 """
 
 from __future__ import annotations
 
-from reference.masks import require_window
+from reference.masks import CANN_MAX_TOKENS, require_window
 
-__all__ = ["layer_windows", "window_kernel_args", "window_keys"]
+__all__ = ["layer_windows", "use_sliding_window", "window_kernel_args", "window_keys"]
 
-FIA_MAX_TOKENS = 2147483647
+# SERVE-WINDOW-ARGS: each API's window arguments, as a group of keys a dict may hold.
+_ARGUMENT_GROUPS = {
+    "sliding_window": {"sliding_window"},
+    "window_size": {"window_size"},
+    "window_left": {"window_left"},
+    "left_context": {"left_context"},
+    "fia": {"pre_tokens", "next_tokens", "sparse_mode"},
+}
+
+
+def _flash_attention_keys(value) -> int | None:
+    """SERVE-WINDOW-ARGS, FlashAttention ``window_size=(left, right)`` under its causal flag:
+    (-1, -1) and (-1, 0) are no window (WINDOW-CONV's sources), (left, 0) keeps left + 1 keys."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(_is_int(v) for v in value):
+        raise ValueError(f"window_size must be a pair of ints (left, right), got {value!r}")
+    left, right = value
+    if tuple(value) == (-1, -1) or (left == -1 and right == 0):
+        return None
+    if right != 0 or left < 0:
+        raise ValueError(
+            f"window_size must be (left >= 0, 0), (-1, 0) or (-1, -1) for causal attention, got {value!r}"
+        )
+    return left + 1
+
+
+def _fia_keys(args: dict) -> int | None:
+    """SERVE-WINDOW-ARGS, Ascend FIA's prompt kernel (spec/ascend.md, CANN-FIA-SPARSE): sparse_mode 3
+    is bottom-right causal and ignores pre/next tokens (no window); 4, or no sparse_mode beside
+    pre_tokens, is the band, pre_tokens + 1 keys with next_tokens = 0 (pre_tokens 2147483647: none)."""
+    mode = args.get("sparse_mode", 4)
+    if mode == 3:
+        return None
+    if mode != 4:
+        raise ValueError(f"sparse_mode must be 3 (causal) or 4 (band) for causal attention, got {mode!r}")
+    if "pre_tokens" not in args:
+        raise ValueError(f"pre_tokens must be given with sparse_mode 4, got {sorted(args)}")
+    pre_tokens, next_tokens = args["pre_tokens"], args.get("next_tokens", 0)
+    if not _is_int(pre_tokens) or pre_tokens < 0:
+        raise ValueError(f"pre_tokens must be an int >= 0, got {pre_tokens!r}")
+    if next_tokens != 0:
+        raise ValueError(f"next_tokens must be 0 beside pre_tokens in the band, got {next_tokens!r}")
+    return None if pre_tokens >= CANN_MAX_TOKENS else pre_tokens + 1
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def window_keys(args: dict) -> int | None:
     """SERVE-WINDOW-ARGS: the number of keys a kernel's raw window arguments keep (None = unbounded).
 
-    ``args`` holds exactly one of the table's window arguments (``next_tokens`` may accompany
-    ``pre_tokens`` and must be 0)."""
+    ``args`` holds one API's window arguments: ``sliding_window``, ``window_size``,
+    ``window_left``, ``left_context``, or FIA's ``pre_tokens`` / ``next_tokens`` /
+    ``sparse_mode``. Each API's documented "no window" spelling is unbounded."""
     if not isinstance(args, dict):
         raise ValueError(f"window arguments must be a dict, got {args!r}")
-    known = {"sliding_window", "window_size", "window_left", "pre_tokens", "left_context"}
-    present = sorted(set(args) & known)
-    extra = sorted(set(args) - known - {"next_tokens"})
-    if len(present) != 1 or extra:
-        raise ValueError(f"window arguments must hold exactly one of {sorted(known)}, got {sorted(args)}")
-    name = present[0]
-    value = args[name]
-    if name == "window_size":
-        left, right = value
-        if right != 0:
-            raise ValueError(f"window_size must be (left, 0) for causal attention, got {value!r}")
-        return None if left == -1 else left + 1
-    if name == "window_left":
+    groups = [name for name, keys in _ARGUMENT_GROUPS.items() if keys & set(args)]
+    known = set().union(*_ARGUMENT_GROUPS.values())
+    if len(groups) != 1 or set(args) - known:
+        raise ValueError(f"window arguments must be one API's of {sorted(known)}, got {sorted(args)}")
+    group = groups[0]
+    if group == "fia":
+        return _fia_keys(args)
+    value = args[group]
+    if group == "window_size":
+        return _flash_attention_keys(value)
+    if group == "window_left":
         return None if value == -1 else value + 1
-    if name == "pre_tokens":
-        if args.get("next_tokens", 0) != 0:
-            raise ValueError(f"next_tokens must be 0 beside pre_tokens, got {args['next_tokens']!r}")
-        return None if value >= FIA_MAX_TOKENS else value + 1
     return value  # sliding_window, left_context: the value itself, None unbounded
 
 
@@ -62,6 +103,20 @@ _LEGACY_RULES = {
     "qwen3": ("from", "max_window_layers", 28),
     "qwen2_moe": ("even_below", "max_window_layers", 28),
 }
+
+
+# SERVE-LAYER-WINDOWS: the model types whose transformers config has a ``use_sliding_window`` switch,
+# each defaulting it to False (Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig). Every
+# other model type has no such field: its window is on unless a config says otherwise.
+_SWITCH_DEFAULTS_OFF = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+
+
+def use_sliding_window(config) -> bool:
+    """SERVE-LAYER-WINDOWS: whether ``config.sliding_window`` is used at all: ``use_sliding_window``
+    when the config has it (read as transformers and vLLM read it, by truth value), else that
+    model type's transformers default."""
+    default = getattr(config, "model_type", None) not in _SWITCH_DEFAULTS_OFF
+    return bool(getattr(config, "use_sliding_window", default))
 
 
 def _legacy_sliding(config, layers: int) -> list[bool]:
@@ -103,7 +158,7 @@ def layer_windows(config) -> list[int | None]:
     layers, window, layer_types = validate_layer_config(config)
     if layer_types is not None:
         sliding = [kind == "sliding_attention" for kind in layer_types]
-    elif window is None or getattr(config, "use_sliding_window", True) is False:
+    elif window is None or not use_sliding_window(config):
         sliding = [False] * layers
     else:
         sliding = _legacy_sliding(config, layers)

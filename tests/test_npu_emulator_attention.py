@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,12 +12,12 @@ from reference import attention
 COMPRESSED = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
 
 
-def _qkv(q_len=6, kv_len=6):
+def _qkv(q_len=6, kv_len=6, batch=1):
     gen = torch.Generator().manual_seed(0)
     return (
-        torch.randn(1, 2, q_len, 8, generator=gen),
-        torch.randn(1, 1, kv_len, 8, generator=gen),
-        torch.randn(1, 1, kv_len, 8, generator=gen),
+        torch.randn(batch, 2, q_len, 8, generator=gen),
+        torch.randn(batch, 1, kv_len, 8, generator=gen),
+        torch.randn(batch, 1, kv_len, 8, generator=gen),
     )
 
 
@@ -68,6 +69,22 @@ def test_query_length_one_ignores_band():
         actual_seq_lengths_kv=[5],
     )
     torch.testing.assert_close(out, _oracle(q, k, v, torch.arange(6) < 5, 0.3))
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [[5, 3], (5, 3), np.array([5, 3]), [np.int32(5), np.int32(3)], torch.tensor([5, 3])],
+    ids=["list", "tuple", "numpy", "numpy-ints", "tensor"],
+)
+def test_kv_lengths_take_every_int_list_spelling(lengths):
+    """BNSD: actual_seq_lengths_kv as a Python or numpy int list or array keeps the first L keys."""
+    q, k, v = _qkv(q_len=1, kv_len=6, batch=2)
+    out = _fia(q, k, v, scale=0.3, actual_seq_lengths_kv=lengths)
+    for b, length in enumerate((5, 3)):
+        want = _oracle(q[b : b + 1], k[b : b + 1], v[b : b + 1], torch.arange(6) < length, 0.3)
+        torch.testing.assert_close(out[b : b + 1], want)
+    with pytest.raises(RuntimeError, match="actual_seq_lengths_kv"):
+        _fia(q, k, v, scale=0.3, actual_seq_lengths_kv=np.array([5.0, 3.0]))
 
 
 @pytest.mark.parametrize(

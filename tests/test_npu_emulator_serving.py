@@ -3,6 +3,7 @@ CANN-FIA-PAGED), and the Ascend adapter's paged_attention matches the serving or
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -121,6 +122,49 @@ def test_actual_seq_lengths_are_cumulative():
             fia(q, key, value, input_layout="TND", num_heads=HQ, num_key_value_heads=HKV, scale=SCALE,
                 block_table=table, block_size=2, actual_seq_lengths=ends, actual_seq_lengths_kv=[4, 4],
                 sparse_mode=3, atten_mask=COMPRESSED)  # fmt: skip
+
+
+# actual_seq_lengths / actual_seq_lengths_kv as frameworks pass them (spec/ascend.md, CANN-FIA).
+LENGTH_SPELLINGS = {
+    "list": list,
+    "tuple": tuple,
+    "numpy-int64": lambda v: np.array(v, dtype=np.int64),
+    "numpy-int32": lambda v: np.array(v, dtype=np.int32),
+    "list-of-numpy-ints": lambda v: [np.int64(x) for x in v],
+    "tensor-int32": lambda v: torch.tensor(v, dtype=torch.int32),
+}
+
+
+@pytest.mark.parametrize("spelling", LENGTH_SPELLINGS)
+def test_lengths_take_every_int_list_spelling(spelling):
+    """Python and numpy integer lists and arrays (and integer tensors) give the plain list's output."""
+    q_lens, kv_lens = [3, 1, 4], [7, 5, 4]
+    key, value, table, _ = _paged(kv_lens, block_size=3)
+    q = torch.randn(sum(q_lens), HQ, D)
+    ends = torch.tensor(q_lens).cumsum(0).tolist()
+    spell = LENGTH_SPELLINGS[spelling]
+    options = dict(input_layout="TND", num_heads=HQ, num_key_value_heads=HKV, scale=SCALE, block_table=table,
+                   block_size=3, sparse_mode=3, atten_mask=COMPRESSED)  # fmt: skip
+    want = fia(q, key, value, actual_seq_lengths=ends, actual_seq_lengths_kv=kv_lens, **options)[0]
+    got = fia(q, key, value, actual_seq_lengths=spell(ends), actual_seq_lengths_kv=spell(kv_lens), **options)[
+        0
+    ]
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "lengths",
+    [[3.0, 8.0], np.array([3.0, 8.0]), [True, 8], np.array([[3, 8]]), torch.tensor([3.0, 8.0]), "38"],
+    ids=["floats", "numpy-floats", "bool", "numpy-2d", "float-tensor", "string"],
+)
+def test_lengths_reject_what_int_lists_do_not_hold(lengths):
+    """Floats, bools, nested arrays and strings are not an int[]: RuntimeError."""
+    key, value, table, _ = _paged([4, 4], block_size=2)
+    q = torch.randn(8, HQ, D)
+    with pytest.raises(RuntimeError, match="actual_seq_lengths"):
+        fia(q, key, value, input_layout="TND", num_heads=HQ, num_key_value_heads=HKV, scale=SCALE,
+            block_table=table, block_size=2, actual_seq_lengths=lengths, actual_seq_lengths_kv=[4, 4],
+            sparse_mode=3, atten_mask=COMPRESSED)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,8 @@ def test_legacy_rules_match_transformers(impl, layers, name):
     [
         ("gemma2", "Gemma2", dict(sliding_window=8, head_dim=8)),
         ("qwen2", "Qwen2", dict(use_sliding_window=True, sliding_window=8, max_window_layers=2)),
+        ("qwen2", "Qwen2", dict(sliding_window=8, max_window_layers=2)),  # the switch's default: off
+        ("cohere2", "Cohere2", dict(sliding_window=8)),
     ],
 )
 def test_transformers_attention_layers_use_these_windows(module, cls_name, config_kwargs):
@@ -104,8 +106,18 @@ LITERAL = [
     (dict(model_type="gemma3_text", sliding_window=2, sliding_window_pattern=3), 6,
      [2, 2, None, 2, 2, None]),
     (dict(model_type="cohere2", sliding_window=5), 5, [5, 5, 5, None, 5]),
-    (dict(model_type="qwen2", sliding_window=3, max_window_layers=2), 4, [None, None, 3, 3]),
-    (dict(model_type="qwen2_moe", sliding_window=3, max_window_layers=3), 5, [3, None, 3, None, None]),
+    (dict(model_type="qwen2", sliding_window=3, use_sliding_window=True, max_window_layers=2), 4,
+     [None, None, 3, 3]),
+    (dict(model_type="qwen2_moe", sliding_window=3, use_sliding_window=True, max_window_layers=3), 5,
+     [3, None, 3, None, None]),
+    # Qwen's switch defaults to False (Qwen2Config, Qwen2MoeConfig, Qwen3Config, Qwen3MoeConfig).
+    (dict(model_type="qwen2", sliding_window=3, max_window_layers=0), 2, [None, None]),
+    (dict(model_type="qwen2_moe", sliding_window=3, max_window_layers=3), 3, [None, None, None]),
+    (dict(model_type="qwen3_moe", sliding_window=3), 2, [None, None]),
+    (dict(model_type="qwen3_moe", sliding_window=3, use_sliding_window=True), 2, [3, 3]),
+    (dict(model_type="qwen2", sliding_window=3, use_sliding_window=None, max_window_layers=0), 2,
+     [None, None]),
+    (dict(model_type="cohere2", sliding_window=4096), 4, [4096, 4096, 4096, None]),  # W, never W + 1
     (dict(model_type="mistral", sliding_window=7), 2, [7, 7]),
     (dict(model_type="some_new_model", sliding_window=7), 2, [7, 7]),
     (dict(model_type="gemma2", sliding_window=None), 3, [None, None, None]),
@@ -133,8 +145,8 @@ BAD = [
     (dict(num_hidden_layers=2, model_type="mistral", sliding_window=0), "sliding_window"),
     (dict(num_hidden_layers=2, model_type="gemma3_text", sliding_window=4, sliding_window_pattern=0),
      "sliding_window_pattern"),
-    (dict(num_hidden_layers=2, model_type="qwen2", sliding_window=4, max_window_layers="2"),
-     "max_window_layers"),
+    (dict(num_hidden_layers=2, model_type="qwen2", sliding_window=4, use_sliding_window=True,
+          max_window_layers="2"), "max_window_layers"),
 ]  # fmt: skip
 
 
@@ -144,3 +156,61 @@ def test_layer_windows_rejects_bad_configs(impl, fields, argument):
     """SERVE-ERRORS for layer_windows: ValueError naming the offending config field."""
     with pytest.raises(ValueError, match=argument):
         IMPLS[impl](SimpleNamespace(**fields))
+
+
+# SERVE-LAYER-WINDOWS, a missing field takes transformers' default: (config class, every field a
+# config.json may hold for it; sliding_window is always given, the others are left out in turn)
+FULL_FIELDS = {
+    "Qwen2Config": dict(sliding_window=8, use_sliding_window=True, max_window_layers=3),
+    "Qwen3Config": dict(sliding_window=4, use_sliding_window=True, max_window_layers=5),
+    "Qwen2MoeConfig": dict(sliding_window=8, use_sliding_window=True, max_window_layers=4),
+    "Qwen3MoeConfig": dict(sliding_window=8, use_sliding_window=True),
+    "Gemma3TextConfig": dict(sliding_window=8, sliding_window_pattern=3),
+    "Cohere2Config": dict(sliding_window=8, sliding_window_pattern=2),
+}
+OMITTED = [
+    (cls, field)
+    for cls, fields in FULL_FIELDS.items()
+    for field in [None, *fields]
+    if field != "sliding_window"
+]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("cls_name, omitted", OMITTED, ids=[f"{c}-without-{f}" for c, f in OMITTED])
+def test_a_missing_field_takes_transformers_default(impl, cls_name, omitted):
+    """SERVE-LAYER-WINDOWS on a config.json without one optional field (or none): the plain config
+    gives what transformers' class builds from the same fields, its default filled in (30 layers,
+    so Qwen's max_window_layers default 28 shows)."""
+    transformers = pytest.importorskip("transformers", reason="transformers (the 'peers' extra) absent")
+    fields = {k: v for k, v in FULL_FIELDS[cls_name].items() if k != omitted}
+    config = getattr(transformers, cls_name)(num_hidden_layers=30, **fields)
+    plain = SimpleNamespace(model_type=config.model_type, num_hidden_layers=30, **fields)
+    want = _transformers_windows(config)
+    assert IMPLS[impl](plain) == want
+    assert IMPLS[impl](config) == want
+
+
+def test_cohere2_sliding_layers_see_w_keys_in_transformers():
+    """SERVE-LAYER-WINDOWS, Cohere2's position: transformers' own Cohere2 model (eager attention)
+    lets each query of a sliding layer see exactly min(i + 1, W) keys, W = config.sliding_window,
+    which is the window layer_windows gives that layer."""
+    transformers = pytest.importorskip("transformers", reason="transformers (the 'peers' extra) absent")
+    import torch
+
+    window, seq_len = 3, 7
+    config = transformers.Cohere2Config(
+        num_hidden_layers=4, hidden_size=16, intermediate_size=32, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=32, sliding_window=window, attn_implementation="eager",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Cohere2Model(config).eval()
+    with torch.no_grad():
+        out = model(torch.randint(0, 32, (1, seq_len)), output_attentions=True)
+    windows = serving.layer_windows(config)
+    assert windows == [window, window, window, None]
+    for layer, weights in enumerate(out.attentions):
+        seen = (weights[0] > 0).sum(-1)  # [heads, queries]: keys with nonzero weight
+        kept = windows[layer] or seq_len
+        want = torch.tensor([min(i + 1, kept) for i in range(seq_len)]).expand_as(seen)
+        assert torch.equal(seen, want), (layer, seen)

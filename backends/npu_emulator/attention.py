@@ -39,7 +39,7 @@ from __future__ import annotations
 import torch
 
 from backends.npu_emulator.compressed_mask import is_compressed_mask
-from backends.npu_emulator.paged_attention import fia_tnd_paged
+from backends.npu_emulator.paged_attention import fia_tnd_paged, int_list
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
@@ -54,8 +54,8 @@ def _fail(message: str):
 def _lengths(value, batch: int, default: int, name: str) -> torch.Tensor:
     if value is None:
         return torch.full((batch,), default, dtype=torch.int64)
-    lengths = torch.as_tensor(list(value) if not isinstance(value, torch.Tensor) else value.cpu())
-    if lengths.dim() != 1 or lengths.numel() != batch:
+    lengths = torch.tensor(int_list(value, name, _fail), dtype=torch.int64)
+    if lengths.numel() != batch:
         _fail(f"{name} must have one entry per batch ({batch}), got {lengths.tolist()}")
     if bool((lengths < 0).any()) or bool((lengths > default).any()):
         _fail(f"{name} entries must lie in 0..{default}, got {lengths.tolist()}")

@@ -21,6 +21,8 @@ Reached through ``npu_fused_infer_attention_score(..., input_layout="TND", block
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from backends.npu_emulator.compressed_mask import is_compressed_mask
@@ -33,18 +35,32 @@ def _fail(message: str):
     raise RuntimeError(f"npu_fused_infer_attention_score (TND, paged): {message}")
 
 
+def int_list(value, name: str, fail) -> list[int]:
+    """``actual_seq_lengths`` / ``actual_seq_lengths_kv`` as torch_npu's ``int[]`` binding takes them
+    (spec/ascend.md, CANN-FIA): a list or tuple of Python or numpy integers, a 1-D numpy integer
+    array, or a 1-D integer tensor. Anything else (floats, bools, nesting) calls ``fail``."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
+            fail(f"{name} must be a 1-D integer list, got {value.dtype} {tuple(value.shape)}")
+        return value.tolist()
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__") or getattr(value, "ndim", 1) != 1:
+        fail(f"{name} must be a 1-D integer list, got {value!r}")
+    values = []
+    for v in value:
+        if isinstance(v, bool) or type(v).__name__ == "bool_":
+            fail(f"{name} must hold ints, got {list(value)}")
+        try:
+            values.append(operator.index(v))  # int, and numpy's integer scalars (not floats)
+        except TypeError:
+            fail(f"{name} must hold ints, got {list(value)}")
+    return values
+
+
 def _int_list(value, name: str) -> list[int]:
-    """A list of ints from a list, tuple or 1-D integer tensor; raises when missing."""
+    """A list of ints (see ``int_list``); raises when missing."""
     if value is None:
         _fail(f"{name} is required with input_layout='TND' and a block_table")
-    if isinstance(value, torch.Tensor):
-        if value.dim() != 1 or value.is_floating_point() or value.dtype == torch.bool:
-            _fail(f"{name} must be a 1-D integer list, got {value.dtype} {tuple(value.shape)}")
-        value = value.tolist()
-    values = list(value)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        _fail(f"{name} must hold ints, got {values}")
-    return values
+    return int_list(value, name, _fail)
 
 
 def _check_compressed_mask(atten_mask) -> None:
