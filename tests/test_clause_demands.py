@@ -33,7 +33,28 @@ class WideNextTokens:
         return tokens
 
 
-BACKEND = WideNextTokens()
+class FlashNoWindowUnbounded:
+    '''vLLM's FlashAttention convention: window_size (-1, -1) without a window (causal=True).'''
+
+    name = "flash-no-window-unbounded"
+
+    def unavailable(self, device):
+        return None
+
+    def flash_attention_window(self, sliding_window):
+        return (-1, -1) if sliding_window is None else masks.flash_attention_window(sliding_window)
+
+
+class FlashNoWindowRightOpen(FlashNoWindowUnbounded):
+    '''WRONG: (-1, 1) without a window also admits one future key.'''
+
+    name = "flash-no-window-right-open"
+
+    def flash_attention_window(self, sliding_window):
+        return (-1, 1) if sliding_window is None else masks.flash_attention_window(sliding_window)
+
+
+BACKEND = [WideNextTokens(), FlashNoWindowUnbounded(), FlashNoWindowRightOpen()]
 """
 
 
@@ -211,6 +232,15 @@ def test_window_conv_leaves_next_tokens_free_without_a_window(window_demands):
     """WINDOW-CONV: cann_prefill_tokens(None) with a large next_tokens conforms (only pre_tokens is fixed)."""
     counts = outcomes(window_demands, "wide-next-tokens")
     assert counts.get("passed") == 6 and "failed" not in counts, (counts, window_demands["stdout"])
+
+
+def test_window_conv_accepts_flash_attentions_unbounded_no_window(window_demands):
+    """WINDOW-CONV: flash_attention_window(None) = (-1, -1) (vLLM's spelling) conforms; (-1, 1) fails
+    its None case only."""
+    counts = outcomes(window_demands, "flash-no-window-unbounded")
+    assert counts.get("passed") == 6 and "failed" not in counts, (counts, window_demands["stdout"])
+    counts = outcomes(window_demands, "flash-no-window-right-open")
+    assert counts.get("passed") == 5 and counts.get("failed") == 1, (counts, window_demands["stdout"])
 
 
 class _Raises:
