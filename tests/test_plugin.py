@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -137,6 +138,12 @@ BAD_RUNS = [
         ["--opconform-backend-maxfail=-1"],
         "argument --opconform-backend-maxfail: '-1': expected a whole number",
     ),
+    # A backend module with a syntax error (tests/misbehaving_import_error.py): one line, no traceback.
+    (
+        ["--backend-module", "misbehaving_import_error"],
+        "ERROR: --backend-module misbehaving_import_error: importing it raised SyntaxError: invalid syntax "
+        "(misbehaving_import_error.py, line 1)",
+    ),
     # A missing folder was a traceback after every case had run (exit 1, no report).
     (
         ["--opconform-json=/no/such/dir/r.json"],
@@ -155,7 +162,13 @@ def test_bad_options_are_usage_errors_through_the_entry_point():
     """A bad option value stops a real run with pytest's usage-error exit status (4) and one line
     naming the option, before any case runs: never a verdict on the backend."""
     code = RUN_EACH.format(runs=[args for args, _ in BAD_RUNS])
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     parts = re.split(r"=== (\d+) exit (\d+)\n", proc.stderr)
     ends = {
