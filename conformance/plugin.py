@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from conformance import activation, failfast, profiles, recorder, rerun, spec_index, time_limit
+from conformance import activation, failfast, options, profiles, recorder, rerun, spec_index, time_limit
 from conformance import expectations as manifests
 from conformance.activation import state
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
@@ -86,19 +86,20 @@ def pytest_addoption(parser):
     )
     group.addoption(
         "--opconform-timeout",
-        type=float,
+        type=options.seconds,
         default=None,
         metavar="SECONDS",
         help="per-case time limit: a case still running after SECONDS is stopped and reported as "
         "'timeout' (needs SIGALRM: Unix, main thread); default 300 for the suite's cases (3000 under "
-        "opconform-thorough, none under opconform-debug or --pdb); 0: none",
+        "opconform-thorough, none under opconform-debug or --pdb); 0: none; a finite number >= 0",
     )
     group.addoption(
         "--opconform-backend-maxfail",
-        type=int,
+        type=options.count,
         default=None,
         metavar="N",
-        help="after N failed cases of a backend, skip its remaining cases (conformance/failfast.py)",
+        help="after N failed cases of a backend, skip its remaining cases (conformance/failfast.py); "
+        "0: no limit",
     )
     group.addoption(
         "--opconform-expectations",
@@ -198,6 +199,11 @@ def activate(config) -> None:
     if state(config) is not None:
         return
     activation.check_not_shadowed()
+    why = options.unwritable(config.getoption("opconform_json"))
+    if why:  # found after every case had run, it was a traceback and no report
+        raise pytest.UsageError(
+            f"--opconform-json {config.getoption('opconform_json')}: cannot write there: {why}"
+        )
     profile = profiles.for_suite(config.getoption("hypothesis_profile", None))
     loaded = settings.get_current_profile_name()  # --hypothesis-profile's, with its verbosity
     if profile != config.getoption("hypothesis_profile", None):

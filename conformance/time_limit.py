@@ -1,7 +1,8 @@
 """The per-case time limit: a case still running past it is stopped and recorded as ``timeout``.
 
 Registered as a plugin when the suite activates. The limit is ``--opconform-timeout`` when given
-(0: none), else the suite's default for its profile (``DEFAULT_SECONDS``), for the suite's own
+(0: none; ``conformance.options.seconds`` rejects a negative, NaN or infinite value as a usage
+error), else the suite's default for its profile (``DEFAULT_SECONDS``), for the suite's own
 cases only: a user's tests collected in the same session, and a run under ``--pdb`` or the
 ``opconform-debug`` profile (someone at a prompt), get none. SIGALRM stops the case, so the limit
 needs Unix and the main thread; elsewhere cases run unlimited.
@@ -20,6 +21,9 @@ from conformance import activation, profiles, recorder
 # a hanging kernel must cost its case, not the run (a device-matrix job would never end).
 DEFAULT_SECONDS = 300.0
 THOROUGH_SECONDS = 3000.0  # opconform-thorough draws 10x the examples
+# SIGALRM's timer holds at most about 9.2e12 s (OverflowError past it): a longer limit, which no
+# case reaches anyway, is set as this (about 31 years).
+TIMER_MAX_SECONDS = 1e9
 
 
 def case_time_limit(*, given: float | None, profile: str | None, suite_case: bool, debugging: bool):
@@ -58,7 +62,7 @@ class TimeLimit:
             raise recorder.CaseTimeout(f"the case ran past the per-case time limit of {limit:g} s")
 
         previous = signal.signal(signal.SIGALRM, stop)
-        signal.setitimer(signal.ITIMER_REAL, limit)
+        signal.setitimer(signal.ITIMER_REAL, min(limit, TIMER_MAX_SECONDS))
         try:
             return (yield)
         finally:

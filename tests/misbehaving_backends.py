@@ -1,5 +1,10 @@
 """Backends that misbehave in one op each (loaded with --backend-module, like a user's), for
-tests/test_misbehaving_backends.py: every other op is absent, so it costs only its own cells."""
+tests/test_misbehaving_backends.py: every other op is absent, so it costs only its own cells.
+
+``TIMING`` (hang, slow) run in a run of their own with a short per-case limit; they block for
+ever or for 1000 s, so the limit stops them however fast or loaded the machine is. ``ALL`` (the
+others) run under the suite's default limit, which none of them comes near: no outcome here
+depends on the machine's speed (issue 18, item 18: a 2 s limit timed out 'raises' at load 5)."""
 
 from __future__ import annotations
 
@@ -41,7 +46,8 @@ class Hang(OneOp):
 
 
 class Slow(OneOp):
-    """Sleeps past the per-case limit on its first call in a process, then is the native op."""
+    """Sleeps far past any short per-case limit (1000 s) on its first call in a process, then is
+    the native op."""
 
     name = "slow"
     slept = False
@@ -49,7 +55,7 @@ class Slow(OneOp):
     def rms_norm(self, x, weight, *, eps):
         if not Slow.slept:
             Slow.slept = True
-            time.sleep(60)
+            time.sleep(1000)
         return RMS_NORM(x, weight, eps=eps)
 
 
@@ -118,6 +124,6 @@ class Aliasing(OneOp):
         return out
 
 
-ALL = [Abort(), Hang(), Slow(), Raises(), ReturnsNone(), ReturnsList(), ReturnsMeta(), WrongDtype()]
-ALL.append(Aliasing())
+TIMING = [Hang(), Slow()]
+ALL = [Abort(), Raises(), ReturnsNone(), ReturnsList(), ReturnsMeta(), WrongDtype(), Aliasing()]
 WRONG_DTYPE_ACTIVATIONS = WrongDtypeActivations()

@@ -200,10 +200,15 @@ def test_run_on_a_requested_absent_device_exits_3(tmp_path, device_type):
         (["-n", "-3"], "argument -n: '-3': expected a number of workers"),
         (["-n", "many"], "argument -n: 'many': expected a number of workers"),
         (["--profile", "fast"], "argument --profile: invalid choice: 'fast'"),
+        (["--timeout", "-1"], "argument --timeout: '-1': expected a finite number of seconds, 0 or more"),
+        (["--timeout", "nan"], "argument --timeout: 'nan': expected a finite number of seconds"),
+        (["--timeout", "inf"], "argument --timeout: 'inf': expected a finite number of seconds"),
+        (["--timeout", "soon"], "argument --timeout: 'soon': expected a finite number of seconds"),
     ],
 )
 def test_bad_run_arguments_are_one_line_usage_errors(argv, words, capsys):
-    """-n -3 was accepted (and handed to xdist); every bad argument is one line and exit 2."""
+    """-n -3 was accepted (and handed to xdist); --timeout -1 reached SIGALRM's timer and failed
+    every case of a correct backend with itimer_error: every bad argument is one line and exit 2."""
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["run", *argv])
     err = capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -125,26 +127,84 @@ def test_xdist_gives_the_serial_results(serial, outside, tmp_path):
     assert table(parallel) == table(serial)
 
 
-def test_bad_option_is_a_usage_error_through_the_entry_point():
-    """An unknown --backend stops a real run with pytest's usage-error exit status and the reason."""
+# Each run: its arguments and words of its one error line. In one process (pytest.main per run),
+# so the five usage errors cost one interpreter start and one import of torch.
+BAD_RUNS = [
+    (["--backend", "no-such-backend"], "--backend: unknown backend(s) ['no-such-backend']"),
+    # -1 made every case of a correct backend FAIL with signal.itimer_error (issue 18, item 17).
+    (["--opconform-timeout=-1"], "argument --opconform-timeout: '-1': expected a finite number of seconds"),
+    (["--opconform-timeout=nan"], "argument --opconform-timeout: 'nan': expected a finite number of seconds"),
+    (
+        ["--opconform-backend-maxfail=-1"],
+        "argument --opconform-backend-maxfail: '-1': expected a whole number",
+    ),
+    # A backend module with a syntax error (tests/misbehaving_import_error.py): one line, no traceback.
+    (
+        ["--backend-module", "misbehaving_import_error"],
+        "ERROR: --backend-module misbehaving_import_error: importing it raised SyntaxError: invalid syntax "
+        "(misbehaving_import_error.py, line 1)",
+    ),
+    # A missing folder was a traceback after every case had run (exit 1, no report).
+    (
+        ["--opconform-json=/no/such/dir/r.json"],
+        "--opconform-json /no/such/dir/r.json: cannot write there: no such",
+    ),
+]
+RUN_EACH = """
+import sys, pytest
+for index, args in enumerate({runs!r}):
+    code = pytest.main(["conformance/test_activations.py", "--co", "-q", "-p", "no:cacheprovider", *args])
+    print(f"=== {{index}} exit {{int(code)}}", file=sys.stderr, flush=True)
+"""
+
+
+def test_bad_options_are_usage_errors_through_the_entry_point():
+    """A bad option value stops a real run with pytest's usage-error exit status (4) and one line
+    naming the option, before any case runs: never a verdict on the backend."""
+    code = RUN_EACH.format(runs=[args for args, _ in BAD_RUNS])
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "conformance/test_activations.py",
-            "--co",
-            "-q",
-            "--backend",
-            "no-such-backend",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
-    assert proc.returncode == 4, proc.stdout + proc.stderr
-    assert "unknown backend" in proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    parts = re.split(r"=== (\d+) exit (\d+)\n", proc.stderr)
+    ends = {
+        int(i): (int(c), text) for i, c, text in zip(parts[1::3], parts[2::3], parts[0:-1:3], strict=True)
+    }
+    for index, (args, words) in enumerate(BAD_RUNS):
+        status, text = ends[index]
+        assert status == 4 and "Traceback" not in text, (args, text)
+        assert [line for line in text.splitlines() if words in line], (args, words, text)
+
+
+@pytest.mark.parametrize("value", ["-1", "-0.5", "nan", "inf", "-inf", "", "2s", "1e999"])
+def test_bad_time_limits_are_rejected(value):
+    """--opconform-timeout / opconform run --timeout: anything but a finite number >= 0."""
+    import argparse
+
+    from conformance import options
+
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a finite number of seconds, 0 or more"):
+        options.seconds(value)
+
+
+def test_good_option_values_are_kept():
+    """0 (none), fractions and huge limits (set as the timer's largest) are valid; so is maxfail 0."""
+    import argparse
+
+    from conformance import options, time_limit
+
+    assert [options.seconds(v) for v in ("0", "2.5", "1e12")] == [0.0, 2.5, 1e12]
+    assert [options.count(v) for v in ("0", "1", "7")] == [0, 1, 7]
+    for bad in ("-1", "1.5", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a whole number, 0 or more"):
+            options.count(bad)
+    assert time_limit.TIMER_MAX_SECONDS < 9.2e12  # setitimer's OverflowError starts past about 9.2e12 s
+    assert options.unwritable(None) is None and options.unwritable(str(REPO / "x.json")) is None
+    assert options.unwritable(str(REPO)) == "it is a directory"
 
 
 def test_unknown_op_mark_fails_collection(tmp_path):

@@ -24,6 +24,21 @@ INSTALLED = any(ep.value == "conformance.plugin" for ep in metadata.entry_points
 WITH_PLUGIN = [] if INSTALLED else ["-p", "conformance.plugin"]
 WITHOUT_PLUGIN = ["-p", "no:opconform"] if INSTALLED else []
 
+# What a user's test sees of Hypothesis, written to $OBSERVED/<name>.json: compared between a run
+# with the plugin and the same run without it, never with a fixed profile name (Hypothesis loads
+# its own "ci" wherever it detects CI: CI, tox's __TOX_ENVIRONMENT_VARIABLE_ORIGINAL_CI,
+# GITHUB_ACTIONS..., which made these tests fail under `CI=1 tox -e cpu`).
+OBSERVE = """
+import json, os
+from hypothesis import settings
+
+
+def observe(name):
+    seen = {"profile": settings.get_current_profile_name(), "default": repr(settings.default)}
+    with open(os.path.join(os.environ["OBSERVED"], name + ".json"), "w") as file:
+        json.dump(seen, file)
+"""
+
 CONFTEST = """
 import pytest
 
@@ -38,10 +53,9 @@ def backend(request):
 """
 
 TESTS = """
-from datetime import timedelta
-
 import backends
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
+from observe import observe
 
 
 def test_own_backend_fixture(backend, request):
@@ -49,14 +63,14 @@ def test_own_backend_fixture(backend, request):
     assert request.config.getoption("flavour") == "plain"
 
 
-def test_hypothesis_defaults_untouched():
-    assert settings.get_current_profile_name() == "default"
-    assert settings().max_examples == 100 and settings().deadline == timedelta(milliseconds=200)
+def test_hypothesis_settings_untouched():
+    observe("test_hypothesis_settings_untouched")
 
 
 @given(st.integers())
 def test_given_runs(x):
     assert isinstance(x, int)
+    observe("test_given_runs")
 """
 
 
@@ -67,17 +81,28 @@ def project(tmp_path):
     (tmp_path / "backends").mkdir()
     (tmp_path / "backends" / "__init__.py").write_text('NAME = "mine"\n')
     (tmp_path / "test_project.py").write_text(textwrap.dedent(TESTS))
+    (tmp_path / "observe.py").write_text(textwrap.dedent(OBSERVE))
     return tmp_path
 
 
-def pytest_in(folder, *args) -> subprocess.CompletedProcess:
+def pytest_in(folder, *args, observed=None) -> subprocess.CompletedProcess:
     """``python -m pytest ARGS`` in ``folder``, as a user there runs it: the folder first on
-    sys.path (so its ``backends`` shadows opconform's), this checkout's packages after it."""
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "HYPOTHESIS_PROFILE", "PYTEST_ADDOPTS")}
+    sys.path (so its ``backends`` shadows opconform's), this checkout's packages after it, and the
+    environment as it is here (CI and the like included: each comparison runs both sides in it).
+    The project's tests write what they see into ``observed`` (a new folder)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    if observed is not None:
+        observed.mkdir()
+        env["OBSERVED"] = str(observed)
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
                "-p", "no:randomly", *args]  # fmt: skip
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+def observations(folder) -> dict[str, dict]:
+    """test name -> what it saw of Hypothesis, as the project's ``observe`` wrote it."""
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
 
 
 def counts(proc) -> dict[str, int]:
@@ -88,12 +113,16 @@ def counts(proc) -> dict[str, int]:
 
 def test_unrelated_project_runs_unchanged(project):
     """Its `backend` fixture was parametrized twice ("duplicate parametrization"), its Hypothesis
-    defaults became the dev profile's, and its `backends` package an INTERNALERROR."""
-    with_plugin = pytest_in(project, *WITH_PLUGIN, "-v", "--trace-config")
-    without = pytest_in(project, *WITHOUT_PLUGIN, "-v", "--trace-config")
+    defaults became the dev profile's, and its `backends` package an INTERNALERROR. What its tests
+    see of Hypothesis is what they see in the same run without the plugin."""
+    with_plugin = pytest_in(project, *WITH_PLUGIN, "-v", "--trace-config", observed=project / "with")
+    without = pytest_in(project, *WITHOUT_PLUGIN, "-v", "--trace-config", observed=project / "without")
     assert with_plugin.returncode == 0, with_plugin.stdout + with_plugin.stderr
     assert without.returncode == 0, without.stdout + without.stderr
     assert counts(with_plugin) == counts(without) == {"passed": 4}
+    seen = observations(project / "with")
+    assert list(seen) == ["test_given_runs", "test_hypothesis_settings_untouched"], seen
+    assert seen == observations(project / "without")
     # This checkout's plugin was loaded in one run and not in the other.
     plugin_file = str(REPO / "conformance" / "plugin.py")
     assert plugin_file in with_plugin.stdout and plugin_file not in without.stdout, with_plugin.stdout
@@ -111,13 +140,15 @@ def test_suite_under_a_shadowing_backends_is_a_one_line_usage_error(project):
 
 def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path):
     """In opconform's own environment (its `backends` importable, no shadowing), a test file outside
-    the suite that takes `backend` sees its own fixture and Hypothesis's default profile."""
+    the suite that takes `backend` sees its own fixture and the Hypothesis profile it sees without
+    the plugin."""
+    (tmp_path / "observe.py").write_text(textwrap.dedent(OBSERVE))
     (tmp_path / "test_plain.py").write_text(
         textwrap.dedent("""
         import sys
 
         import pytest
-        from hypothesis import settings
+        from observe import observe
 
 
         @pytest.fixture
@@ -127,24 +158,30 @@ def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path):
 
         def test_plain(backend):
             assert backend == "own"
-            assert settings.get_current_profile_name() == "default"
+            observe("test_plain")
             assert "backends" not in sys.modules and "reference" not in sys.modules
         """)
     )
-    proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--trace-config")
+    proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--trace-config", observed=tmp_path / "with")
     assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
     assert "test_plain[" not in proc.stdout and str(REPO / "conformance" / "plugin.py") in proc.stdout
+    without = pytest_in(tmp_path, *WITHOUT_PLUGIN, observed=tmp_path / "without")
+    assert without.returncode == 0, without.stdout + without.stderr
+    seen = observations(tmp_path / "with")
+    assert list(seen) == ["test_plain"] and seen == observations(tmp_path / "without"), seen
 
 
 def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path):
     """In a run that asks for the suite (--backend native) and collects one of its modules, a
     user's own test that takes an argument named `backend` but is not marked clause/op keeps its
-    own fixture, and the user's tests keep Hypothesis's profile: the suite's was loaded for the
-    whole session once the plugin activated."""
+    own fixture, and the user's tests see the Hypothesis profile they see in a run of their own
+    without the plugin: the suite's was loaded for the whole session once the plugin activated."""
+    (tmp_path / "observe.py").write_text(textwrap.dedent(OBSERVE))
     (tmp_path / "test_own.py").write_text(
         textwrap.dedent("""
         import pytest
-        from hypothesis import given, settings, strategies as st
+        from hypothesis import given, strategies as st
+        from observe import observe
 
 
         @pytest.fixture
@@ -154,22 +191,29 @@ def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path):
 
         def test_own(backend):
             assert backend == "own"
-            assert settings.get_current_profile_name() == "default"
+            observe("test_own")
 
 
         @given(st.integers())
         def test_own_given(x):
-            assert settings.default.max_examples == 100
+            observe("test_own_given")
         """)
     )
     report = tmp_path / "report.json"
     proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--backend", "native", f"--opconform-json={report}",
                      "--pyargs", "conformance.test_norms", "test_own.py",
-                     "-k", "test_own or test_rms_norm_matches_oracle")  # fmt: skip
+                     "-k", "test_own or test_rms_norm_matches_oracle",
+                     observed=tmp_path / "with")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert counts(proc).get("passed") == 3 and "failed" not in counts(proc), proc.stdout
     assert "test_own[" not in proc.stdout, proc.stdout
-    assert json.loads(report.read_text())["profile"] == "opconform-dev"
+    # The suite's own default: opconform-ci where CI is set (README, --hypothesis-profile), else dev.
+    suite_profile = "opconform-ci" if os.environ.get("CI") else "opconform-dev"
+    assert json.loads(report.read_text())["profile"] == suite_profile
+    without = pytest_in(tmp_path, *WITHOUT_PLUGIN, "test_own.py", observed=tmp_path / "without")
+    assert without.returncode == 0, without.stdout + without.stderr
+    seen = observations(tmp_path / "with")
+    assert list(seen) == ["test_own", "test_own_given"] and seen == observations(tmp_path / "without"), seen
 
 
 def test_profiles_do_not_inherit_the_environments_profile():

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conformance import options
 from opconform import render, report
 from opconform.commands import help_for, writable_dir
 
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", choices=PROFILES, default=None, help="Hypothesis profile")
     parser.add_argument("-n", dest="workers", default=None, type=workers, metavar="N",
                         help="xdist workers: N (0 or more), auto or logical")  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--timeout", type=options.seconds, default=None, metavar="SECONDS",
                         help="per-case time limit (default 300, 3000 with --profile thorough; 0: none); "
                              "a case past it is reported as 'timeout'")  # fmt: skip
     parser.add_argument("--out", default="opconform-report", metavar="DIR",
