@@ -19,6 +19,12 @@ def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
     return f"{count} entries differ; first at {where}: got {bool(got.cpu()[where])}"
 
 
+def strided_copy(t: torch.Tensor) -> torch.Tensor:
+    """The same values as a non-contiguous view: every other element of a buffer twice as long
+    in the last dim (MASK-ENC, MASK-SWA-DECODE: inputs may have any strides)."""
+    return torch.stack([t, torch.zeros_like(t)], dim=-1)[..., 0]
+
+
 def check_mask(got, want: torch.Tensor, *, device, clause: str, context: str) -> None:
     """MASK-DTYPE first (bool), then shape, device and every value (``clause``)."""
     check(
@@ -58,31 +64,36 @@ def test_encoder_mask_matches_oracle(backend, device, case):
 
 @pytest.mark.clause("MASK-ENC")
 @pytest.mark.op("encoder_attention_mask")
-@given(case=mask_cases(max_seq_len=64, paddings=("right", "left", "holes")))
-def test_encoder_mask_accepts_integer_padding(backend, device, case):
-    """A 0/1 int64 padding mask gives the same mask as its bool form."""
+@given(case=mask_cases(max_seq_len=64, paddings=("right", "left", "holes")), strided=st.booleans())
+def test_encoder_mask_accepts_integer_padding(backend, device, case, strided):
+    """A 0/1 int64 padding mask, contiguous or a strided view, gives the same mask as its bool form."""
     padding_mask = case.padding_mask().to(device)
+    given_mask = strided_copy(padding_mask.long()) if strided else padding_mask.long()
     got = backend.encoder_attention_mask(
-        case.seq_len, sliding_window=case.sliding_window, padding_mask=padding_mask.long(), device=device
+        case.seq_len, sliding_window=case.sliding_window, padding_mask=given_mask, device=device
     )
     want = oracle.encoder_attention_mask(
         case.seq_len, sliding_window=case.sliding_window, padding_mask=padding_mask
     )
-    context = describe(backend, device, "encoder_attention_mask", seq_len=case.seq_len, padding="int64 0/1")
+    context = describe(
+        backend, device, "encoder_attention_mask", seq_len=case.seq_len, padding="int64 0/1", strided=strided
+    )
     check_mask(got, want, device=device, clause="MASK-ENC", context=context)
 
 
 @pytest.mark.clause("MASK-SWA-DECODE", "MASK-DTYPE")
 @pytest.mark.op("swa_decode_mask")
-@given(case=decode_mask_cases())
-def test_swa_decode_mask_matches_oracle(backend, device, case):
-    """The decode mask equals MASK-SWA-DECODE exactly (True = masked out)."""
+@given(case=decode_mask_cases(), strided=st.booleans())
+def test_swa_decode_mask_matches_oracle(backend, device, case, strided):
+    """The decode mask equals MASK-SWA-DECODE exactly (True = masked out), seq_lens contiguous or a view."""
     seq_lens, kv_len, window = case
-    got = backend.swa_decode_mask(seq_lens.to(device), kv_len, window=window)
+    given_lens = strided_copy(seq_lens.to(device)) if strided else seq_lens.to(device)
+    got = backend.swa_decode_mask(given_lens, kv_len, window=window)
     want = oracle.swa_decode_mask(seq_lens, kv_len, window=window)
     context = describe(
-        backend, device, "swa_decode_mask", seq_lens=seq_lens.tolist(), kv_len=kv_len, window=window
-    )
+        backend, device, "swa_decode_mask", seq_lens=seq_lens.tolist(), kv_len=kv_len, window=window,
+        strided=strided,
+    )  # fmt: skip
     check_mask(got, want, device=device, clause="MASK-SWA-DECODE", context=context)
 
 

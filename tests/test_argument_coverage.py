@@ -25,8 +25,6 @@ from backends.protocols import OPS
 _ITEM14 = "fixed by issue 18 item 14 (strided views where the contract allows them)"
 HOLDOUTS: dict[tuple[str, str, str], str] = {
     ("flash_attention_window", "*", "called"): "no built-in backend implements it: nothing to record",
-    ("encoder_attention_mask", "padding_mask", "layout"): "always contiguous: issue 18 item 16, unassigned",
-    ("swa_decode_mask", "seq_lens", "layout"): "always contiguous: issue 18 item 16, unassigned",
     **{
         (op, arg, "layout"): f"always contiguous: {_ITEM14}"
         for op, args in {
