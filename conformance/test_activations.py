@@ -23,7 +23,13 @@ from conformance.strategies.activations import (
     situ_linear_betas,
     small_limits,
 )
-from conformance.tolerances import oai_up_scale, situ_up_scale, swiglu_step_bound, up_scale
+from conformance.tolerances import (
+    oai_up_scale,
+    rounded_atol_scale,
+    situ_up_scale,
+    swiglu_step_bound,
+    up_scale,
+)
 from reference import activations as oracle
 
 FAMILY = "activations"
@@ -52,11 +58,12 @@ ELEMENTWISE = ("new_gelu", "fast_gelu", "quick_gelu")
 
 
 def _atol_scale(op: str, x: torch.Tensor, options: dict):
-    """ACT-TOL's scaling for op (none for the elementwise ops: nothing multiplies them)."""
+    """ACT-TOL's scaling for op (none for the elementwise ops: nothing multiplies them), plus
+    ACT-TOL-ROUNDED's bound for the ops the field computes one rounded step at a time."""
     if op in ELEMENTWISE:
-        return None
+        return rounded_atol_scale(op, x)
     if op == "swiglu_oai_and_mul":
-        return oai_up_scale(x, **options)
+        return rounded_atol_scale(op, x, base=oai_up_scale(x, **options), **options)
     if op == "situ_and_mul":
         return situ_up_scale(x, **options)
     return up_scale(x, **options)

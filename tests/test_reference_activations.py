@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from operator import attrgetter
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +14,11 @@ from hypothesis import strategies as st
 
 from conformance.error_cases import ACTIVATION_ERRORS
 from reference import activations as oracle
+
+try:
+    from suite_runner import run_suite
+except ImportError:  # collected with tests/ off sys.path
+    from tests.suite_runner import run_suite
 
 finite = st.floats(-30, 30, allow_nan=False)
 pairs = st.lists(st.tuples(finite, finite), min_size=1, max_size=16)
@@ -281,3 +287,83 @@ def test_situ_has_no_defaults():
         oracle.situ_and_mul(torch.ones(4), beta=4.0)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         oracle.situ_and_mul(torch.ones(4), linear_beta=25.0)  # type: ignore[call-arg]
+
+
+# ACT-TOL-ROUNDED: transformers' own activation code, run in x's dtype as written (every step
+# rounded), is a correct low-precision implementation: the suite's properties must pass it.
+TRANSFORMERS_PEERS = '''
+import functools
+import math
+
+import torch
+from transformers import GptOssConfig
+from transformers.activations import FastGELUActivation, NewGELUActivation, QuickGELUActivation
+from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+
+@functools.cache
+def experts(alpha, limit):
+    """GptOssExperts reads alpha and limit from its config (transformers 5.x)."""
+    config = GptOssConfig(swiglu_alpha=alpha, swiglu_limit=limit, num_local_experts=1, hidden_size=2,
+                          intermediate_size=1, num_attention_heads=1, num_key_value_heads=1, head_dim=2,
+                          num_hidden_layers=1)
+    return GptOssExperts(config)
+
+
+class TransformersActivations:
+    name = "transformers-activations"
+
+    def unavailable(self, device):
+        return None if device.type == "cpu" else "the peers run on cpu here"
+
+    def new_gelu(self, x):
+        return NewGELUActivation()(x)
+
+    def fast_gelu(self, x):
+        return FastGELUActivation()(x)
+
+    def quick_gelu(self, x):
+        return QuickGELUActivation()(x)
+
+    def swiglu_oai_and_mul(self, x, *, alpha, limit, interleaved):
+        if not interleaved:  # the gpt-oss layer reads gate and up interleaved: interleave the halves
+            x = torch.stack(x.tensor_split(2, dim=-1), dim=-1).flatten(-2)
+        return experts(alpha, math.inf if limit is None else limit)._apply_gate(x)
+
+
+BACKEND = TransformersActivations()
+'''
+
+# The properties that compare these four ops with the oracles (elsewhere they are not implemented).
+PEER_PROPERTIES = [
+    "conformance/test_activations_clamped.py::test_gelu_variant_matches_its_formula",
+    "conformance/test_activations_clamped.py::test_swiglu_oai_matches_oracle",
+    "conformance/test_activations_clamped.py::test_swiglu_oai_interleaved_is_deinterleaved_halves",
+    "conformance/test_activations_clamped.py::test_clamped_op_without_limit_does_not_clamp",
+    "conformance/test_activations.py::test_gated_nan_propagates",
+    "conformance/test_activations.py::test_gated_output_layout",
+]
+
+
+def test_transformers_activations_conform_in_their_dtype(tmp_path):
+    """ACT-TOL-ROUNDED: NewGELUActivation, FastGELUActivation, QuickGELUActivation and
+    GptOssExperts._apply_gate in float32, float16 and bfloat16 pass ACT-GELU-VARIANTS,
+    ACT-SWIGLU-OAI(-LAYOUT), ACT-CLAMP-NO-DEFAULT, ACT-NAN and ACT-LAYOUT over the examples those
+    properties draw (the ci profile's). Under the two-rounding table alone they failed."""
+    pytest.importorskip("transformers", reason="transformers (peers extra) is not installed")
+    (tmp_path / "transformers_activations.py").write_text(TRANSFORMERS_PEERS)
+    results = run_suite(
+        tmp_path,
+        paths=PEER_PROPERTIES,
+        modules=["transformers_activations"],
+        extra=["--device", "cpu"],
+        pythonpath=[tmp_path, Path(__file__).resolve().parent],
+    )
+    by_outcome: dict[str, list[str]] = {}
+    for case in results["results"]:
+        by_outcome.setdefault(case["outcome"], []).append(case["nodeid"].rsplit("::", 1)[-1])
+    assert set(by_outcome) <= {"passed", "not implemented"}, (by_outcome, results["stdout"][-4000:])
+    passed = " ".join(by_outcome["passed"])
+    for op in ("new_gelu", "fast_gelu", "quick_gelu", "swiglu_oai_and_mul"):
+        assert f"test_gated_nan_propagates[transformers-activations-cpu-{op}]" in passed, by_outcome
+    assert len(by_outcome["passed"]) == 3 + 1 + 1 + 1 + 4 + 4, by_outcome
