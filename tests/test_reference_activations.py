@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conformance.checks import ConformanceError, assert_close
 from conformance.error_cases import ACTIVATION_ERRORS
 from reference import activations as oracle
 
@@ -367,3 +368,30 @@ def test_transformers_activations_conform_in_their_dtype(tmp_path):
     for op in ("new_gelu", "fast_gelu", "quick_gelu", "swiglu_oai_and_mul"):
         assert f"test_gated_nan_propagates[transformers-activations-cpu-{op}]" in passed, by_outcome
     assert len(by_outcome["passed"]) == 3 + 1 + 1 + 1 + 4 + 4, by_outcome
+
+
+def _act_nan_failure(got: torch.Tensor, want: torch.Tensor) -> str:
+    with pytest.raises(ConformanceError) as failure:
+        assert_close(got, want, clause="ACT-NAN", family="activations", context="silu_and_mul")
+    return str(failure.value)
+
+
+def test_act_nan_failure_line_names_a_real_violation():
+    """ACT-NAN: the largest violation the failure names is an element outside the tolerance (a
+    finite error, or a number where NaN is expected), never the NaN position both sides share."""
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    x[0, 0] = float("nan")  # feeds output (0, 0)
+    want = oracle.silu_and_mul(x)
+    got = want.float()
+    got[2, 3] += 1.0
+    message = _act_nan_failure(got, want)
+    assert "1 of 16 elements" in message and "largest violation at index (2, 3): abs 1," in message, message
+    got = want.float()
+    got[0, 0] = 0.5  # a number where the NaN must come out
+    message = _act_nan_failure(got, want)
+    assert "largest violation at index (0, 0): a NaN or inf mismatch" in message, message
+    assert "got 0.5, expected nan" in message, message
+    got = want.float()
+    got[1, 1] = float("nan")  # NaN where a number is expected
+    message = _act_nan_failure(got, want)
+    assert "largest violation at index (1, 1): a NaN or inf mismatch" in message, message
