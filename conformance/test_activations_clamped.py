@@ -8,6 +8,8 @@ the opconform plugin.
 
 from __future__ import annotations
 
+import numbers
+
 import pytest
 import torch
 from hypothesis import given
@@ -192,6 +194,7 @@ SELECTED = [
     ({"swiglu_limits": [2.5], "swiglu_limits_shared": [0.0]}, 0, False, 2.5),
     ({"swiglu_limits": [0.0], "swiglu_limits_shared": [3]}, 0, True, 3.0),
     ({"swiglu_limits_shared": [5.0]}, 0, True, 5.0),
+    ({"swiglu_limits": [0, 7], "swiglu_limits_shared": [0, 0]}, 1, False, 7),
 ]
 DISABLED = [
     ("negative-routed", {"swiglu_limits": [-7.0]}, 0, False),
@@ -210,10 +213,11 @@ DISABLED = [
 @pytest.mark.op("swiglu_limit")
 @pytest.mark.parametrize("config, layer_idx, shared, expected", SELECTED)
 def test_limit_selected_from_config(backend, device, config, layer_idx, shared, expected):
-    """A value > 0 in the list for this expert kind (shared or routed) is the limit."""
+    """A value > 0 in the list for this expert kind (shared or routed) is the limit: a number (an
+    int or a float: a config's integer 3 is valid), never a bool or a non-number."""
     got = backend.swiglu_limit(config, layer_idx, shared=shared)
     check(
-        got == expected and isinstance(got, float),
+        isinstance(got, numbers.Real) and not isinstance(got, bool) and got == expected,
         clause="ACT-LIMIT-CONFIG",
         message=f"backend {backend.name!r}: swiglu_limit({config}, {layer_idx}, shared={shared}) = {got!r}, "
         f"expected {expected!r}",

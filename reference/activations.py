@@ -163,7 +163,8 @@ def swiglu_limit(config, layer_idx: int, *, shared: bool) -> float | None:
 
     Reads ``swiglu_limits_shared`` for the shared expert, ``swiglu_limits`` for the routed ones.
     A missing key, a None list, a list too short, a None value or a value <= 0 gives None (no
-    clamp); a value > 0 is returned as float.
+    clamp); a value > 0, an int (a config's 3) or a float, is returned as float. A bool or a
+    non-number is a ValueError naming config.
     """
     if isinstance(config, Mapping):
         lookup = config.get

@@ -395,3 +395,33 @@ def test_act_nan_failure_line_names_a_real_violation():
     got[1, 1] = float("nan")  # NaN where a number is expected
     message = _act_nan_failure(got, want)
     assert "largest violation at index (1, 1): a NaN or inf mismatch" in message, message
+
+
+class _LimitAsGiven:
+    """swiglu_limit returning the config's value as it is (an int stays an int): correct."""
+
+    name = "limit-as-given"
+
+    def __init__(self, convert=lambda value: value):
+        self.convert = convert
+
+    def swiglu_limit(self, config, layer_idx, *, shared):
+        limit = oracle.swiglu_limit(config, layer_idx, shared=shared)
+        if limit is None:
+            return None
+        value = config[oracle.LIMIT_KEYS[shared]][layer_idx]
+        return self.convert(value)
+
+
+def test_integer_limit_from_a_config_conforms():
+    """ACT-LIMIT-CONFIG: a backend returning a config's integer limit 3 as an int passes the
+    property (it required a float); one returning True for a limit of 1 fails it."""
+    from conformance.test_activations_clamped import SELECTED, test_limit_selected_from_config
+
+    assert any(isinstance(case[-1], int) for case in SELECTED)
+    for case in SELECTED:
+        test_limit_selected_from_config(_LimitAsGiven(), "cpu", *case)
+        test_limit_selected_from_config(_LimitAsGiven(float), "cpu", *case)
+    assert oracle.swiglu_limit({"swiglu_limits": [3]}, 0, shared=False) == 3
+    with pytest.raises(ConformanceError, match=r"^\[ACT-LIMIT-CONFIG\] .* = True, expected 1"):
+        test_limit_selected_from_config(_LimitAsGiven(bool), "cpu", {"swiglu_limits": [1]}, 0, False, 1)
