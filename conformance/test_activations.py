@@ -133,6 +133,21 @@ def test_npu_geglu_args(backend, device, approximate):
     )
 
 
+@pytest.mark.clause("ACT-GELU-NPU-OPS")
+@pytest.mark.op("npu_gelu_variant_args")
+@pytest.mark.parametrize("op", ELEMENTWISE)
+def test_npu_gelu_variant_args(backend, device, op):
+    """new_gelu and fast_gelu go to npu_gelu(approximate="tanh"), quick_gelu to npu_fast_gelu."""
+    got = backend.npu_gelu_variant_args(op)
+    want = oracle.npu_gelu_variant_args(op)
+    check(
+        got == want,
+        clause="ACT-GELU-NPU-OPS",
+        message=f"backend {backend.name!r}: npu_gelu_variant_args({op!r}) = {got}, expected {want} "
+        "(torch_npu's npu_fast_gelu is x * sigmoid(1.702 x); transformers' fast_gelu is the tanh GELU)",
+    )
+
+
 @pytest.mark.clause("ACT-SWIGLU")
 @pytest.mark.op("silu_and_mul")
 @given(recipe=gated_inputs())

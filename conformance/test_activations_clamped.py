@@ -299,7 +299,7 @@ GELU_VARIANTS = [
 
 @pytest.mark.clause("ACT-GELU-VARIANTS")
 @pytest.mark.parametrize("op", GELU_VARIANTS)
-@given(recipe=gated_inputs(scales=(1.0, 3.0, 10.0)))
+@given(recipe=gated_inputs(scales=(1.0, 3.0, 10.0), max_numel=1 << 14))  # elementwise: size is moot
 def test_gelu_variant_matches_its_formula(backend, device, op, recipe):
     """new_gelu, fast_gelu and quick_gelu each equal their own formula, elementwise."""
     x = recipe.make(device)

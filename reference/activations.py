@@ -29,6 +29,7 @@ __all__ = [
     "silu_and_mul",
     "swiglu_step_and_mul",
     "npu_geglu_args",
+    "npu_gelu_variant_args",
     "silu_clamped_and_mul",
     "swiglu_oai_and_mul",
     "swiglu_limit",
@@ -103,6 +104,19 @@ def npu_geglu_args(approximate: str) -> dict:
     """
     require_choice(approximate, "approximate", APPROXIMATE_MODES)
     return {"dim": -1, "approximate": 1 if approximate == "tanh" else 0, "activate_left": True}
+
+
+GELU_VARIANTS = ("new_gelu", "fast_gelu", "quick_gelu")
+
+
+def npu_gelu_variant_args(op: str) -> dict:
+    """ACT-GELU-NPU-OPS: the ``torch_npu`` op (``"op"``) and its keyword arguments that give ``op``.
+
+    new_gelu and fast_gelu (transformers' FastGELU is the tanh GELU) -> npu_gelu, approximate
+    "tanh"; quick_gelu (x * sigmoid(1.702 x)) -> npu_fast_gelu, CANN's FastGelu, the sigmoid form.
+    """
+    require_choice(op, "op", GELU_VARIANTS)
+    return {"op": "npu_fast_gelu"} if op == "quick_gelu" else {"op": "npu_gelu", "approximate": "tanh"}
 
 
 # --- clamped look-alikes and the limit's selection -------------------------------------

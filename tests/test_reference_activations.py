@@ -41,6 +41,7 @@ def as_gated(rows: list[tuple[float, float]]) -> torch.Tensor:
     return torch.tensor([*left, *right], dtype=torch.float64)
 
 
+@settings(deadline=None)  # the module's first torch call pays torch's lazy start-up (about 1 s)
 @given(rows=pairs, approximate=st.sampled_from(oracle.APPROXIMATE_MODES))
 def test_gelu_and_mul_matches_scalar_definition(rows, approximate):
     """gelu_and_mul equals gelu(left) * right computed element by element with math.erf/math.tanh."""
@@ -425,3 +426,34 @@ def test_integer_limit_from_a_config_conforms():
     assert oracle.swiglu_limit({"swiglu_limits": [3]}, 0, shared=False) == 3
     with pytest.raises(ConformanceError, match=r"^\[ACT-LIMIT-CONFIG\] .* = True, expected 1"):
         test_limit_selected_from_config(_LimitAsGiven(bool), "cpu", {"swiglu_limits": [1]}, 0, False, 1)
+
+
+def test_npu_gelu_variant_args():
+    """ACT-GELU-NPU-OPS, literally; a name outside the three is a ValueError naming op."""
+    tanh = {"op": "npu_gelu", "approximate": "tanh"}
+    assert oracle.npu_gelu_variant_args("new_gelu") == oracle.npu_gelu_variant_args("fast_gelu") == tanh
+    assert oracle.npu_gelu_variant_args("quick_gelu") == {"op": "npu_fast_gelu"}
+    with pytest.raises(ValueError, match="op must be one of"):
+        oracle.npu_gelu_variant_args("gelu_fast")
+
+
+def test_emulated_npu_fast_gelu_is_quick_gelu_not_fast_gelu():
+    """spec/ascend.md CANN-FAST-GELU: the emulated npu_fast_gelu equals both documented formulas,
+    i.e. QuickGELU (one float32 rounding), and is up to 0.021 away from transformers' tanh FastGELU."""
+    from backends.npu_emulator import npu_fast_gelu, npu_gelu
+
+    x = torch.linspace(-10, 10, 20001, dtype=torch.float64).float()
+    got = npu_fast_gelu(x).double()
+    v = x.double()
+    stable = v / (1 + torch.exp(-1.702 * v.abs())) * torch.exp(0.851 * (v - v.abs()))
+    torch.testing.assert_close(got, stable, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got, v / (1 + torch.exp(-1.702 * v)), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got, oracle.quick_gelu(x), rtol=1e-6, atol=1e-7)
+    assert 0.02 < (got - oracle.fast_gelu(x)).abs().max().item() < 0.022
+    torch.testing.assert_close(
+        npu_gelu(x, approximate="tanh").double(),
+        oracle.new_gelu(x),
+        rtol=1e-6,
+        atol=2e-7,  # float32 1 + tanh is 0 below x = -5: exact 1.5e-7
+    )
+    assert npu_fast_gelu(x.half()).dtype == torch.float16
