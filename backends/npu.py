@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 
 from backends import NotImplementedOp, native
-from reference.activations import APPROXIMATE_MODES, validate_gated_input
+from reference.activations import APPROXIMATE_MODES, GELU_VARIANTS, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
 from reference.masks import CANN_MAX_TOKENS, require_window
 from reference.serving import validate_paged_args
-from reference.validation import require_choice, require_positive_finite_or_none
+from reference.validation import require_choice, require_floating, require_positive_finite_or_none
 
 FIA_COMPRESSED_MASK_SIZE = 2048
 
@@ -109,6 +109,26 @@ class AscendBackend:
             return self.silu_and_mul(x)
         gate, up = x[..., :d], x[..., d:]
         return F.silu(gate).clamp(max=limit) * up.clamp(-limit, limit)
+
+    # ACT-GELU-NPU-OPS: which torch_npu op gives each GELU variant; the whole mapping lives here.
+    # npu_fast_gelu is CANN's sigmoid FastGelu (QuickGELU), not transformers' tanh FastGELU.
+    def npu_gelu_variant_args(self, op: str) -> dict:
+        require_choice(op, "op", GELU_VARIANTS)
+        return {"op": "npu_fast_gelu"} if op == "quick_gelu" else {"op": "npu_gelu", "approximate": "tanh"}
+
+    def _gelu_variant(self, op: str, x: torch.Tensor) -> torch.Tensor:
+        require_floating(x, "x")
+        args = dict(self.npu_gelu_variant_args(op))
+        return getattr(self.ops, args.pop("op"))(x, **args)
+
+    def new_gelu(self, x: torch.Tensor) -> torch.Tensor:
+        return self._gelu_variant("new_gelu", x)
+
+    def fast_gelu(self, x: torch.Tensor) -> torch.Tensor:
+        return self._gelu_variant("fast_gelu", x)
+
+    def quick_gelu(self, x: torch.Tensor) -> torch.Tensor:
+        return self._gelu_variant("quick_gelu", x)
 
     # ACT-SILU-CLAMPED / ACT-SWIGLU-OAI: no CANN op is known for them (spec/activations.md, Sources).
     silu_clamped_and_mul = NotImplementedOp("no CANN op is known for the clamp-before-SiLU SwiGLU")

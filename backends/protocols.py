@@ -49,6 +49,10 @@ class ActivationOps(Protocol):
 
     def swiglu_limit(self, config: Any, layer_idx: int, *, shared: bool) -> float | None: ...
 
+    def npu_gelu_variant_args(self, op: str) -> dict:
+        """Ascend adapters: the ``torch_npu`` op and keyword arguments that give a GELU variant."""
+        ...
+
     # GELU tanh-family variants (ACT-GELU-VARIANTS), elementwise.
     def new_gelu(self, x: torch.Tensor) -> torch.Tensor: ...
 
@@ -150,6 +154,7 @@ OPS: dict[str, str] = {
     "silu_and_mul": "activations",
     "swiglu_step_and_mul": "activations",
     "npu_geglu_args": "activations",
+    "npu_gelu_variant_args": "activations",
     "silu_clamped_and_mul": "activations",
     "swiglu_oai_and_mul": "activations",
     "swiglu_limit": "activations",

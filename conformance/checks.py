@@ -132,16 +132,24 @@ def assert_close(
         lines.append(
             f"  NaN mismatch at index {where}: got {got[where].item()!r}, expected {want[where].item()!r}"
         )
-    excess = (abs_err / allowed.expand_as(abs_err)).flatten()
+    # The largest violation is a violating element: a NaN or inf mismatch (an unbounded error) first,
+    # never a position where both are NaN (its 0 / NaN excess would win argmax).
+    excess = torch.where(finite, abs_err / allowed.expand_as(abs_err), torch.zeros_like(abs_err))
+    excess = torch.where(nonfinite_bad, torch.full_like(excess, float("inf")), excess)
+    excess = torch.where(bad, excess, torch.full_like(excess, -1.0)).flatten()
     worst_excess = int(excess.argmax())
-    worst_abs = int(abs_err.flatten().argmax())
-    worst_rel = int(torch.where(finite, rel_err, torch.zeros_like(rel_err)).flatten().argmax())
+    minus_one = torch.full_like(abs_err, -1.0)
+    worst_abs = int(torch.where(finite, abs_err, minus_one).flatten().argmax())
+    worst_rel = int(torch.where(finite, rel_err, minus_one).flatten().argmax())
     allowed_flat = allowed.expand_as(abs_err).flatten()
     for label, flat in (("violation", worst_excess), ("abs error", worst_abs), ("rel error", worst_rel)):
         where = _index(flat, got.shape)
+        if bool(nonfinite_bad.flatten()[flat]):
+            error = "a NaN or inf mismatch"
+        else:
+            error = f"abs {abs_err.flatten()[flat].item():.3g}, rel {rel_err.flatten()[flat].item():.3g}"
         lines.append(
-            f"  largest {label} at index {where}: abs {abs_err.flatten()[flat].item():.3g}, "
-            f"rel {rel_err.flatten()[flat].item():.3g}, allowed {allowed_flat[flat].item():.3g}; "
+            f"  largest {label} at index {where}: {error}, allowed {allowed_flat[flat].item():.3g}; "
             f"got {got[where].item()!r}, expected {want[where].item()!r}"
         )
     raise ConformanceError(

@@ -78,6 +78,8 @@ ACTIVATION_ERRORS = [
         _activation("swiglu_step_and_mul", f"limit-{label}", _gated((2, 4), limit=limit), ValueError, "limit")
         for label, limit in (("zero", 0.0), ("negative", -1.0), ("inf", float("inf")), ("nan", float("nan")))
     ),
+    # ACT-ERRORS: an integer limit (a config's 3) is a number; a bool is not.
+    _activation("swiglu_step_and_mul", "limit-bool", _gated((2, 4), limit=True), ValueError, "limit"),
 ]
 
 # ACT-ERRORS for the clamped look-alikes and the limit's selection (spec/activations.md).
@@ -132,6 +134,7 @@ ACTIVATION_ERRORS += [
     _activation(
         "swiglu_limit", "value-str", _config({"swiglu_limits_shared": ["7"]}, 0, True), ValueError, "config"
     ),
+    _activation("swiglu_limit", "value-bool", _config({"swiglu_limits": [True]}), ValueError, "config"),
     *(
         _activation(op, "integer-dtype", _gated((2, 3), torch.int32), TypeError, "x")
         for op in ("new_gelu", "fast_gelu", "quick_gelu")

@@ -23,7 +23,13 @@ from conformance.strategies.activations import (
     situ_linear_betas,
     small_limits,
 )
-from conformance.tolerances import oai_up_scale, situ_up_scale, swiglu_step_bound, up_scale
+from conformance.tolerances import (
+    oai_up_scale,
+    rounded_atol_scale,
+    situ_up_scale,
+    swiglu_step_bound,
+    up_scale,
+)
 from reference import activations as oracle
 
 FAMILY = "activations"
@@ -52,11 +58,12 @@ ELEMENTWISE = ("new_gelu", "fast_gelu", "quick_gelu")
 
 
 def _atol_scale(op: str, x: torch.Tensor, options: dict):
-    """ACT-TOL's scaling for op (none for the elementwise ops: nothing multiplies them)."""
+    """ACT-TOL's scaling for op (none for the elementwise ops: nothing multiplies them), plus
+    ACT-TOL-ROUNDED's bound for the ops the field computes one rounded step at a time."""
     if op in ELEMENTWISE:
-        return None
+        return rounded_atol_scale(op, x)
     if op == "swiglu_oai_and_mul":
-        return oai_up_scale(x, **options)
+        return rounded_atol_scale(op, x, base=oai_up_scale(x, **options), **options)
     if op == "situ_and_mul":
         return situ_up_scale(x, **options)
     return up_scale(x, **options)
@@ -123,6 +130,21 @@ def test_npu_geglu_args(backend, device, approximate):
         got == want,
         clause="ACT-GEGLU-NPU-ARGS",
         message=f"backend {backend.name!r}: npu_geglu_args({approximate!r}) = {got}, expected {want}",
+    )
+
+
+@pytest.mark.clause("ACT-GELU-NPU-OPS")
+@pytest.mark.op("npu_gelu_variant_args")
+@pytest.mark.parametrize("op", ELEMENTWISE)
+def test_npu_gelu_variant_args(backend, device, op):
+    """new_gelu and fast_gelu go to npu_gelu(approximate="tanh"), quick_gelu to npu_fast_gelu."""
+    got = backend.npu_gelu_variant_args(op)
+    want = oracle.npu_gelu_variant_args(op)
+    check(
+        got == want,
+        clause="ACT-GELU-NPU-OPS",
+        message=f"backend {backend.name!r}: npu_gelu_variant_args({op!r}) = {got}, expected {want} "
+        "(torch_npu's npu_fast_gelu is x * sigmoid(1.702 x); transformers' fast_gelu is the tanh GELU)",
     )
 
 

@@ -8,6 +8,7 @@ that the spec's table and this one agree. Never widen an entry to make a test pa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -123,6 +124,75 @@ def situ_bound(beta: float, linear_beta: float, dtype: torch.dtype) -> float:
     return beta * linear_beta * (1 + tol.rtol) + tol.atol
 
 
+# ACT-TOL-ROUNDED (spec/tolerances.md, "Every intermediate rounded"): the GELU look-alikes and the
+# gpt-oss SwiGLU as the field's model code writes them, one elementwise op at a time, each result
+# rounded to x's dtype. Each function is the op's evaluation order: ``r`` marks a rounded arithmetic
+# result or a constant held in the dtype (half an ulp, u), ``f`` a rounded tanh or sigmoid (one ulp,
+# 2u: a float32 evaluation rounded to the dtype, or a float32 libm result). Clamps are exact.
+def _new_gelu_steps(x, r, f, **_options):
+    inner = r(r(math.sqrt(2.0 / math.pi)) * r(x + r(r(0.044715) * r(x**3))))
+    return r(0.5 * x) * r(1.0 + f(torch.tanh(inner)))
+
+
+def _fast_gelu_steps(x, r, f, **_options):
+    inner = r(r(x * r(0.7978845608)) * r(1.0 + r(r(r(0.044715) * x) * x)))
+    return r(0.5 * x) * r(1.0 + f(torch.tanh(inner)))
+
+
+def _quick_gelu_steps(x, r, f, **_options):
+    return x * f(torch.sigmoid(r(r(1.702) * x)))
+
+
+def _swiglu_oai_steps(x, r, f, *, alpha, limit, interleaved, **_options):
+    gate, up = (x[..., ::2], x[..., 1::2]) if interleaved else x.tensor_split(2, dim=-1)
+    if limit is not None:
+        gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+    return r(up + 1.0) * r(gate * f(torch.sigmoid(r(gate * r(alpha, gate)))))
+
+
+ROUNDED_STEPS = {
+    "new_gelu": _new_gelu_steps,
+    "fast_gelu": _fast_gelu_steps,
+    "quick_gelu": _quick_gelu_steps,
+    "swiglu_oai_and_mul": _swiglu_oai_steps,
+}
+
+
+def rounding_bound(op: str, x: torch.Tensor, **options) -> torch.Tensor:
+    """ACT-TOL-ROUNDED: sum_i rho_i |v_i * d out / d v_i| per output element, over every rounded
+    intermediate v_i of ``op``'s evaluation order (ROUNDED_STEPS; rho_i = u or 2u, u = eps(x.dtype) / 2);
+    the output's own rounding is the table's rtol. First-order error propagation with exact partials
+    (float64 autograd of out with respect to a relative perturbation of each v_i) at x's exact values."""
+    if op not in ROUNDED_STEPS:
+        raise ValueError(f"op must be one of {sorted(ROUNDED_STEPS)}, got {op!r}")
+    unit = torch.finfo(x.dtype).eps / 2
+    v = x.detach().to("cpu", torch.float64)
+    perturbations, weights = [], []
+
+    def rounded(value, like=v, *, ulps=0.5):
+        if not isinstance(value, torch.Tensor):  # a constant, held per element of ``like``
+            value = torch.full_like(like, value)
+        delta = torch.zeros_like(value, requires_grad=True)
+        perturbations.append(delta)
+        weights.append(2 * ulps * unit)
+        return value * (1.0 + delta)
+
+    def function(value):
+        return rounded(value, ulps=1.0)
+
+    with torch.enable_grad():
+        out = ROUNDED_STEPS[op](v, rounded, function, **options)
+        grads = torch.autograd.grad(out.sum(), perturbations)
+    return sum(w * g.abs() for w, g in zip(weights, grads, strict=True))
+
+
+def rounded_atol_scale(op: str, x: torch.Tensor, base=None, **options) -> torch.Tensor:
+    """ACT-TOL-ROUNDED: the atol scale ``base`` (ACT-TOL's, default 1) plus rounding_bound / atol,
+    so the allowed error is the table's plus the bound of every intermediate rounding."""
+    atol = tolerance("activations", x.dtype).atol
+    return (1.0 if base is None else base) + rounding_bound(op, x, **options) / atol
+
+
 def value_scale(v: torch.Tensor, q_heads: int, valid_keys: torch.Tensor | None = None) -> torch.Tensor:
     """ATTN-TOL: max(1, max |v|) per (batch, kv head) over the keys in the sequence, per query head."""
     v = v.detach().cpu().double().abs()
@@ -172,6 +242,8 @@ SCALING_RULES = (
     oai_up_scale,
     situ_up_scale,
     situ_bound,
+    rounding_bound,
+    rounded_atol_scale,
     value_scale,
     conversion_magnitude,
     dpm_atol_scale,

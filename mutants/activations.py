@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from backends.native import NativeBackend
 from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from mutants import _activations_clamped as clamped
-from reference.activations import APPROXIMATE_MODES, validate_gated_input
+from reference.activations import APPROXIMATE_MODES, GELU_VARIANTS, validate_gated_input
 from reference.validation import require_choice, require_positive_finite_or_none
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
@@ -55,6 +55,26 @@ class GegluDefaultActivateLeft(_AscendMutant):
     def npu_geglu_args(self, approximate):
         require_choice(approximate, "approximate", APPROXIMATE_MODES)
         return {"dim": -1, "approximate": 1 if approximate == "tanh" else 0}
+
+
+class NpuFastGeluForFastGelu(_AscendMutant):
+    """fast_gelu mapped onto torch_npu.npu_fast_gelu, the op of the same name: CANN's FastGelu is
+    the sigmoid form x / (1 + exp(-1.702 |x|)) * exp(0.851 (x - |x|)) = x * sigmoid(1.702 x)
+    (QuickGELU), transformers' FastGELUActivation the tanh GELU (up to 0.021 apart).
+
+    Origin: activation tables keyed by name, where "gelu_fast" reads as CANN's FastGelu
+    (spec/ascend.md, CANN-FAST-GELU).
+    Caught by: ACT-GELU-NPU-OPS, ACT-GELU-VARIANTS.
+    """
+
+    name = "npu-fast-gelu-for-fast-gelu"
+    clauses = {"ACT-GELU-NPU-OPS", "ACT-GELU-VARIANTS"}
+
+    def npu_gelu_variant_args(self, op):
+        require_choice(op, "op", GELU_VARIANTS)
+        if op in ("fast_gelu", "quick_gelu"):
+            return {"op": "npu_fast_gelu"}
+        return {"op": "npu_gelu", "approximate": "tanh"}
 
 
 class GegluDiffusersHalf(NativeBackend):
@@ -293,6 +313,7 @@ class OddWidthTruncated(NativeBackend):
 BACKENDS = [
     GegluFlagSwapped(),
     GegluDefaultActivateLeft(),
+    NpuFastGeluForFastGelu(),
     GegluDiffusersHalf(),
     GegluModeIgnored(),
     GegluBf16Compute(),

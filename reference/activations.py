@@ -29,6 +29,7 @@ __all__ = [
     "silu_and_mul",
     "swiglu_step_and_mul",
     "npu_geglu_args",
+    "npu_gelu_variant_args",
     "silu_clamped_and_mul",
     "swiglu_oai_and_mul",
     "swiglu_limit",
@@ -105,6 +106,19 @@ def npu_geglu_args(approximate: str) -> dict:
     return {"dim": -1, "approximate": 1 if approximate == "tanh" else 0, "activate_left": True}
 
 
+GELU_VARIANTS = ("new_gelu", "fast_gelu", "quick_gelu")
+
+
+def npu_gelu_variant_args(op: str) -> dict:
+    """ACT-GELU-NPU-OPS: the ``torch_npu`` op (``"op"``) and its keyword arguments that give ``op``.
+
+    new_gelu and fast_gelu (transformers' FastGELU is the tanh GELU) -> npu_gelu, approximate
+    "tanh"; quick_gelu (x * sigmoid(1.702 x)) -> npu_fast_gelu, CANN's FastGelu, the sigmoid form.
+    """
+    require_choice(op, "op", GELU_VARIANTS)
+    return {"op": "npu_fast_gelu"} if op == "quick_gelu" else {"op": "npu_gelu", "approximate": "tanh"}
+
+
 # --- clamped look-alikes and the limit's selection -------------------------------------
 
 
@@ -163,7 +177,8 @@ def swiglu_limit(config, layer_idx: int, *, shared: bool) -> float | None:
 
     Reads ``swiglu_limits_shared`` for the shared expert, ``swiglu_limits`` for the routed ones.
     A missing key, a None list, a list too short, a None value or a value <= 0 gives None (no
-    clamp); a value > 0 is returned as float.
+    clamp); a value > 0, an int (a config's 3) or a float, is returned as float. A bool or a
+    non-number is a ValueError naming config.
     """
     if isinstance(config, Mapping):
         lookup = config.get

@@ -6,7 +6,7 @@ breaks a restriction fails here on CPU the way it would on an NPU. One module pe
 family; this package re-exports their ops under the ``torch_npu`` names.
 """
 
-from backends.npu_emulator.activations import npu_geglu, npu_swiglu
+from backends.npu_emulator.activations import npu_fast_gelu, npu_geglu, npu_gelu, npu_swiglu
 from backends.npu_emulator.attention import npu_fused_infer_attention_score
 
-__all__ = ["npu_geglu", "npu_swiglu", "npu_fused_infer_attention_score"]
+__all__ = ["npu_geglu", "npu_swiglu", "npu_gelu", "npu_fast_gelu", "npu_fused_infer_attention_score"]

@@ -5,6 +5,10 @@
   DEFAULT False gives left * gelu(right). The split dim must be even; rank 1..8; fp32, fp16,
   bf16. Computed in fp32 and rounded once to the input dtype.
 - ``npu_swiglu(x, dim=-1) = silu(left) * right``; contiguous, non-empty input only.
+- ``npu_gelu(input, approximate="none")``: GELU, "none" (erf) or "tanh" (spec/ascend.md, CANN-GELU).
+- ``npu_fast_gelu(input) = x / (1 + exp(-1.702 |x|)) * exp(0.851 (x - |x|))``, i.e.
+  ``x * sigmoid(1.702 x)`` (QuickGELU), NOT transformers' tanh FastGELU (spec/ascend.md,
+  CANN-FAST-GELU). Both elementwise, rank up to 8, fp32/fp16/bf16, computed in fp32, one rounding.
 
 Violations raise RuntimeError, as the real ops do.
 """
@@ -49,3 +53,26 @@ def npu_swiglu(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if not x.is_contiguous():
         raise RuntimeError("npu_swiglu: x must be contiguous")
     return (F.silu(x[..., :d].float()) * x[..., d:].float()).to(x.dtype)
+
+
+def _check_elementwise(op: str, x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise RuntimeError(f"{op}: input must be a tensor")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise RuntimeError(f"{op}: dtype {x.dtype} is not supported (float32, float16, bfloat16)")
+    if x.dim() > 8:
+        raise RuntimeError(f"{op}: rank must be at most 8, got {x.dim()}")
+
+
+def npu_gelu(input: torch.Tensor, approximate: str = "none") -> torch.Tensor:  # noqa: A002 - torch_npu's name
+    _check_elementwise("npu_gelu", input)
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError(f"npu_gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return F.gelu(input.float(), approximate=approximate).to(input.dtype)
+
+
+def npu_fast_gelu(input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch_npu's name
+    _check_elementwise("npu_fast_gelu", input)
+    v = input.float()
+    magnitude = v.abs()
+    return (v / (1.0 + torch.exp(-1.702 * magnitude)) * torch.exp(0.851 * (v - magnitude))).to(input.dtype)

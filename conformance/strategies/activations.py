@@ -132,10 +132,11 @@ def oai_limits():
 @st.composite
 def limit_configs(draw, *, layers: int = 8):
     """Step-3.5-shaped configs: ``swiglu_limits`` / ``swiglu_limits_shared`` lists (each may be
-    missing, None or short) with values > 0, zero, negative or None; and a layer index."""
+    missing, None or short) with values > 0 (k/8 floats or ints, ACT-LIMIT-CONFIG), zero,
+    negative or None; and a layer index."""
 
     def one_list():
-        positive = clamp_limits()
+        positive = st.one_of(clamp_limits(), st.integers(1, 16))
         value = st.one_of(positive, positive, st.just(0.0), st.just(0), positive.map(lambda v: -v), st.none())
         full = st.lists(value, min_size=layers, max_size=layers)
         return st.one_of(full, full, st.none(), st.lists(value, min_size=0, max_size=layers))
