@@ -146,39 +146,50 @@ def _norm_kernels():
     def normalized(h, eps):
         return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
 
+    def llama(h, weight, eps, dtype):
+        # NORM-RMS in LlamaRMSNorm's order: float32, cast back, then the (float32) weight; the
+        # product rounded to x's dtype (NORM-MIXED allows it for any weight dtype).
+        return (normalized(h, eps).to(dtype).float() * weight).to(dtype)
+
     @compile_
     def rms(x, weight, eps):
-        # NORM-RMS in LlamaRMSNorm's order: float32, cast back, then the weight.
-        return normalized(x.float(), eps).to(x.dtype) * weight.to(x.dtype)
+        return llama(x.float(), weight, eps, x.dtype)
 
     @compile_
     def gemma(x, weight, eps):
         # NORM-GEMMA: the product with (1 + weight) in float32, cast back once.
-        return (normalized(x.float(), eps) * (1.0 + weight.float())).to(x.dtype)
+        return (normalized(x.float(), eps) * (1.0 + weight)).to(x.dtype)
 
     @compile_
     def fused_rms(x, residual, weight, eps):
-        total = x.float() + residual.float()
-        return normalized(total, eps).to(x.dtype) * weight.to(x.dtype), total.to(x.dtype)
+        total = x.float() + residual
+        return llama(total, weight, eps, x.dtype), total.to(x.dtype)
 
     @compile_
     def fused_gemma(x, residual, weight, eps):
-        total = x.float() + residual.float()
-        return (normalized(total, eps) * (1.0 + weight.float())).to(x.dtype), total.to(x.dtype)
+        total = x.float() + residual
+        return (normalized(total, eps) * (1.0 + weight)).to(x.dtype), total.to(x.dtype)
 
     return {"rms": rms, "gemma": gemma, "fused_rms": fused_rms, "fused_gemma": fused_gemma}
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
-    """x as [rows, d] with rows >= 2 (a zero row appended to a single row). Detached, so the
-    kernel never sees a view: dynamo guards on a view's base, whose rank varies (a recompile)."""
-    rows = x.reshape(-1, x.shape[-1]).detach()
+    """x as contiguous [rows, d] with rows >= 2 (a zero row appended to a single row). Detached
+    and contiguous, so the kernel never sees a view (NORM-LAYOUT: a strided view is copied):
+    dynamo guards on a view's base and strides, which vary (a recompile)."""
+    rows = x.reshape(-1, x.shape[-1]).detach().contiguous()
     return torch.cat([rows, rows.new_zeros(1, rows.shape[1])]) if rows.shape[0] == 1 else rows
 
 
 def _native_only(x: torch.Tensor) -> bool:
     """float64 (NORM-DTYPE: float32 or better, so it stays in float64) and d == 1 run natively."""
     return x.dtype == torch.float64 or x.shape[-1] == 1
+
+
+def _float(t: torch.Tensor) -> torch.Tensor:
+    """t in float32, contiguous (exact for the half types): the kernels take the weight and the
+    residual in one dtype whatever the caller's (NORM-MIXED), so a new mix is no recompile."""
+    return t.detach().to(torch.float32).contiguous()
 
 
 def _eps(eps: float, device) -> torch.Tensor:
@@ -189,7 +200,7 @@ def _single(kernel: str, fallback, x, weight, eps):
     eps = validate_norm_args(x, weight, eps)
     if _native_only(x):
         return fallback(x, weight, eps=eps)
-    out = _norm_kernels()[kernel](_rows(x), weight, _eps(eps, x.device))
+    out = _norm_kernels()[kernel](_rows(x), _float(weight), _eps(eps, x.device))
     return out[: x.numel() // x.shape[-1]].reshape(x.shape)
 
 
@@ -197,7 +208,9 @@ def _pair(kernel: str, fallback, x, residual, weight, eps):
     eps = validate_norm_args(x, weight, eps, residual)
     if _native_only(x):
         return fallback(x, residual, weight, eps=eps)
-    normed, total = _norm_kernels()[kernel](_rows(x), _rows(residual), weight, _eps(eps, x.device))
+    normed, total = _norm_kernels()[kernel](
+        _rows(x), _float(_rows(residual)), _float(weight), _eps(eps, x.device)
+    )
     rows = x.numel() // x.shape[-1]
     return normed[:rows].reshape(x.shape), total[:rows].reshape(x.shape)
 
