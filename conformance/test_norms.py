@@ -33,8 +33,11 @@ def _ops(*names: str) -> list:
 
 SINGLE_OPS = _ops("rms_norm", "gemma_rms_norm")
 FUSED_OPS = _ops("fused_add_rms_norm", "gemma_fused_add_rms_norm")
-# NORM-LAYOUT and NORM-MIXED: small rows suffice (a view or a dtype is wrong on every row).
+# NORM-LAYOUT and NORM-MIXED: small rows suffice (a view or a dtype is wrong on every row). The
+# self-tests run the field's formulas on these very draws (tests/test_reference_norms.py).
 SMALL = 1 << 12
+VIEW_RECIPES = norm_inputs(layouts=LAYOUTS[1:], max_numel=SMALL)
+MIXED_RECIPES = mixed_inputs(max_numel=SMALL)
 
 
 def _call(backend, op: str, x, residual, weight, eps):
@@ -143,7 +146,7 @@ def test_norm_errors(backend, device, case):
 
 @pytest.mark.clause("NORM-LAYOUT")
 @pytest.mark.parametrize("op", SINGLE_OPS + FUSED_OPS)
-@given(recipe=norm_inputs(layouts=LAYOUTS[1:], max_numel=SMALL))
+@given(recipe=VIEW_RECIPES)
 def test_views_give_the_oracle(backend, device, op, recipe):
     """x and residual as row-strided, strided or transposed views and weight as a strided view
     (NaN around them in memory) give the oracle's values of the viewed elements, in x's dtype,
@@ -168,7 +171,7 @@ def _names(op: str) -> tuple[str, ...]:
 
 @pytest.mark.clause("NORM-MIXED")
 @pytest.mark.parametrize("op", SINGLE_OPS + FUSED_OPS)
-@given(recipe=mixed_inputs(max_numel=SMALL))
+@given(recipe=MIXED_RECIPES)
 def test_mixed_dtypes(backend, device, op, recipe):
     """With weight and residual in other dtypes than x, each output has a dtype NORM-MIXED allows;
     the normalized output is within x's row of TOL-TABLE, new_residual within its own dtype's."""
