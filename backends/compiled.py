@@ -136,7 +136,7 @@ def _limit_tensor(limit: float | None, x: torch.Tensor) -> torch.Tensor:
 # Validation runs eagerly; each op flattens x to [rows, d] and passes eps as a 0-dim float32
 # tensor, so new shapes and eps values are inputs, not guards. Dynamo specializes sizes 0 and 1,
 # so a single row is padded with a zero row (its own norm, discarded) and d == 1 (a degenerate
-# norm) runs natively: each kernel compiles once per input dtype, never per example.
+# norm) runs natively: each kernel compiles once, never per example or dtype.
 
 
 @functools.cache
@@ -146,39 +146,48 @@ def _norm_kernels():
     def normalized(h, eps):
         return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
 
+    # Every kernel takes float32 tensors (the casts are eager, _float), so each compiles once,
+    # whatever the dtypes of x, weight and residual (NORM-MIXED).
     @compile_
     def rms(x, weight, eps):
-        # NORM-RMS in LlamaRMSNorm's order: float32, cast back, then the weight.
-        return normalized(x.float(), eps).to(x.dtype) * weight.to(x.dtype)
+        # NORM-RMS with the weight product in float32, cast once by the caller (sglang's order).
+        return normalized(x, eps) * weight
 
     @compile_
     def gemma(x, weight, eps):
-        # NORM-GEMMA: the product with (1 + weight) in float32, cast back once.
-        return (normalized(x.float(), eps) * (1.0 + weight.float())).to(x.dtype)
+        # NORM-GEMMA: the product with (1 + weight) in float32, cast once by the caller.
+        return normalized(x, eps) * (1.0 + weight)
 
     @compile_
     def fused_rms(x, residual, weight, eps):
-        total = x.float() + residual.float()
-        return normalized(total, eps).to(x.dtype) * weight.to(x.dtype), total.to(x.dtype)
+        total = x + residual
+        return normalized(total, eps) * weight, total
 
     @compile_
     def fused_gemma(x, residual, weight, eps):
-        total = x.float() + residual.float()
-        return (normalized(total, eps) * (1.0 + weight.float())).to(x.dtype), total.to(x.dtype)
+        total = x + residual
+        return normalized(total, eps) * (1.0 + weight), total
 
     return {"rms": rms, "gemma": gemma, "fused_rms": fused_rms, "fused_gemma": fused_gemma}
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
-    """x as [rows, d] with rows >= 2 (a zero row appended to a single row). Detached, so the
-    kernel never sees a view: dynamo guards on a view's base, whose rank varies (a recompile)."""
-    rows = x.reshape(-1, x.shape[-1]).detach()
+    """x as contiguous [rows, d] with rows >= 2 (a zero row appended to a single row). Detached
+    and contiguous, so the kernel never sees a view (NORM-LAYOUT: a strided view is copied):
+    dynamo guards on a view's base and strides, which vary (a recompile)."""
+    rows = x.reshape(-1, x.shape[-1]).detach().contiguous()
     return torch.cat([rows, rows.new_zeros(1, rows.shape[1])]) if rows.shape[0] == 1 else rows
 
 
 def _native_only(x: torch.Tensor) -> bool:
     """float64 (NORM-DTYPE: float32 or better, so it stays in float64) and d == 1 run natively."""
     return x.dtype == torch.float64 or x.shape[-1] == 1
+
+
+def _float(t: torch.Tensor) -> torch.Tensor:
+    """t in float32, contiguous (exact for the half types): the kernels take every tensor in one
+    dtype whatever the caller's (NORM-MIXED), so a new dtype or mix is no recompile."""
+    return t.detach().to(torch.float32).contiguous()
 
 
 def _eps(eps: float, device) -> torch.Tensor:
@@ -189,17 +198,19 @@ def _single(kernel: str, fallback, x, weight, eps):
     eps = validate_norm_args(x, weight, eps)
     if _native_only(x):
         return fallback(x, weight, eps=eps)
-    out = _norm_kernels()[kernel](_rows(x), weight, _eps(eps, x.device))
-    return out[: x.numel() // x.shape[-1]].reshape(x.shape)
+    out = _norm_kernels()[kernel](_float(_rows(x)), _float(weight), _eps(eps, x.device))
+    return out[: x.numel() // x.shape[-1]].reshape(x.shape).to(x.dtype)
 
 
 def _pair(kernel: str, fallback, x, residual, weight, eps):
     eps = validate_norm_args(x, weight, eps, residual)
     if _native_only(x):
         return fallback(x, residual, weight, eps=eps)
-    normed, total = _norm_kernels()[kernel](_rows(x), _rows(residual), weight, _eps(eps, x.device))
+    normed, total = _norm_kernels()[kernel](
+        _float(_rows(x)), _float(_rows(residual)), _float(weight), _eps(eps, x.device)
+    )
     rows = x.numel() // x.shape[-1]
-    return normed[:rows].reshape(x.shape), total[:rows].reshape(x.shape)
+    return normed[:rows].reshape(x.shape).to(x.dtype), total[:rows].reshape(x.shape).to(x.dtype)
 
 
 class CompiledBackend:

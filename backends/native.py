@@ -45,8 +45,9 @@ def _normalized(h: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def _rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
-    """NORM-RMS, LlamaRMSNorm's order: cast to the input dtype, THEN multiply by weight."""
-    return _normalized(h, eps).to(dtype) * weight.to(dtype)
+    """NORM-RMS, LlamaRMSNorm's order: cast to the input dtype, THEN multiply by weight, in the
+    promotion of dtype and weight's (NORM-MIXED: a float32 weight gives a float32 output)."""
+    return _normalized(h, eps).to(dtype) * weight
 
 
 def _gemma_rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
@@ -55,10 +56,11 @@ def _gemma_rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, dtype: to
 
 
 def _fused(norm, x, residual, weight, eps):
-    """NORM-FUSED-ADD as vLLM's forward_native: the sum in float32, rounded once for the residual
-    output; the norm of the float32 sum. Returns (normed, new_residual)."""
+    """NORM-FUSED-ADD as vLLM's forward_native: the sum in float32, rounded once to x's dtype for
+    the residual output (NORM-MIXED: whatever residual's dtype); the norm of the float32 sum.
+    Returns (normed, new_residual). Views are read through their strides (NORM-LAYOUT)."""
     eps = validate_norm_args(x, weight, eps, residual)
-    compute = _compute_dtype(x.dtype)
+    compute = _compute_dtype(torch.promote_types(x.dtype, residual.dtype))
     total = x.to(compute) + residual.to(compute)
     return norm(total, weight, eps, x.dtype), total.to(x.dtype)
 

@@ -1,7 +1,8 @@
 """Conformance properties for spec/norms.md (RMSNorm, Gemma RMSNorm, the fused residual-add forms).
 
 Each test names its clauses with ``@pytest.mark.clause``; the backend/device pairs come from
-the opconform plugin. Every comparison uses the norms rows of TOL-TABLE unscaled (NORM-TOL).
+the opconform plugin. Every comparison uses the norms rows of TOL-TABLE unscaled (NORM-TOL): the
+row of the output's dtype, except a normalized output wider than x, which gets x's (NORM-MIXED).
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ from hypothesis import strategies as st
 
 from conformance.checks import assert_close, check, describe
 from conformance.error_cases import NORM_ERRORS, check_backend_raises, params
-from conformance.strategies.norms import FLOAT16_EXTREME_SCALES, eps_scale_inputs, norm_inputs
+from conformance.strategies.norms import (
+    FLOAT16_EXTREME_SCALES,
+    LAYOUTS,
+    eps_scale_inputs,
+    mixed_inputs,
+    norm_inputs,
+)
+from conformance.tolerances import tolerance
 from reference import norms as oracle
 
 FAMILY = "norms"
@@ -25,6 +33,11 @@ def _ops(*names: str) -> list:
 
 SINGLE_OPS = _ops("rms_norm", "gemma_rms_norm")
 FUSED_OPS = _ops("fused_add_rms_norm", "gemma_fused_add_rms_norm")
+# NORM-LAYOUT and NORM-MIXED: small rows suffice (a view or a dtype is wrong on every row). The
+# self-tests run the field's formulas on these very draws (tests/test_reference_norms.py).
+SMALL = 1 << 12
+VIEW_RECIPES = norm_inputs(layouts=LAYOUTS[1:], max_numel=SMALL)
+MIXED_RECIPES = mixed_inputs(max_numel=SMALL)
 
 
 def _call(backend, op: str, x, residual, weight, eps):
@@ -129,3 +142,60 @@ def test_output_dtype_and_float32_compute(backend, device, op, recipe):
 def test_norm_errors(backend, device, case):
     """Bad input raises the documented exception type, with a message naming the argument."""
     check_backend_raises(case, backend, device)
+
+
+@pytest.mark.clause("NORM-LAYOUT")
+@pytest.mark.parametrize("op", SINGLE_OPS + FUSED_OPS)
+@given(recipe=VIEW_RECIPES)
+def test_views_give_the_oracle(backend, device, op, recipe):
+    """x and residual as row-strided, strided or transposed views and weight as a strided view
+    (NaN around them in memory) give the oracle's values of the viewed elements, in x's dtype,
+    and are left unchanged."""
+    x, residual, weight = recipe.make(device)
+    before = (x.clone(), residual.clone(), weight.clone())
+    got, want = _call(backend, op, x, residual, weight, recipe.eps)
+    context = f"{describe(backend, device, op, eps=recipe.eps)}: {recipe.describe()}"
+    for name, a, e in zip(_names(op), got, want, strict=True):
+        assert_close(a, e, clause="NORM-LAYOUT", family=FAMILY, context=f"{context}: {name}",
+                     dtype=x.dtype, device=device)  # fmt: skip
+    check(
+        all(torch.equal(t, b) for t, b in zip((x, residual, weight), before, strict=True)),
+        clause="NORM-LAYOUT",
+        message=f"{context}: an input view was modified in place",
+    )
+
+
+def _names(op: str) -> tuple[str, ...]:
+    return ("normed", "new_residual") if "fused" in op else ("out",)
+
+
+@pytest.mark.clause("NORM-MIXED")
+@pytest.mark.parametrize("op", SINGLE_OPS + FUSED_OPS)
+@given(recipe=MIXED_RECIPES)
+def test_mixed_dtypes(backend, device, op, recipe):
+    """With weight and residual in other dtypes than x, each output has a dtype NORM-MIXED allows;
+    the normalized output is within x's row of TOL-TABLE, new_residual within its own dtype's."""
+    x, residual, weight = recipe.make(device)
+    got, want = _call(backend, op, x, residual, weight, recipe.eps)
+    context = f"{describe(backend, device, op, eps=recipe.eps)}: {recipe.describe()}"
+    fused = "fused" in op
+    allowed = (
+        oracle.normed_dtypes(op, x, weight, residual if fused else None),
+        *([oracle.residual_dtypes(x, residual)] if fused else []),
+    )
+    for name, a, e, dtypes in zip(_names(op), got, want, allowed, strict=True):
+        check(
+            isinstance(a, torch.Tensor) and a.dtype in dtypes and a.shape == x.shape and a.device == x.device,
+            clause="NORM-MIXED",
+            message=f"{context}: {name} is {_summary(a)}; expected dtype in {[str(d) for d in dtypes]}, "
+            f"shape {tuple(x.shape)}, device {x.device}",
+        )
+        # A normalized output is rounded to x's dtype at most NORM-TOL's times, even when wider.
+        tol = tolerance(FAMILY, x.dtype if name != "new_residual" else a.dtype)
+        assert_close(a, e, clause="NORM-MIXED", family=FAMILY, tol=tol, context=f"{context}: {name}")
+
+
+def _summary(a) -> str:
+    if not isinstance(a, torch.Tensor):
+        return type(a).__name__
+    return f"{a.dtype}, shape {tuple(a.shape)}, device {a.device}"

@@ -70,7 +70,9 @@ TOLERANCES["scheduler-sigmas"] = {
 
 # The norms family (spec/norms.md, NORM-TOL): about 4 unit roundoffs in fp16/bf16 (the LLaMA order
 # rounds twice, a kernel normalizing the rounded residual sum a third time); measured on native at
-# most 2.8e-7 (float32), 9.8e-4 (float16), 7.7e-3 (bfloat16) relative (spec/tolerances.md).
+# most 2.8e-7 (float32), 9.8e-4 (float16), 7.7e-3 (bfloat16) relative (spec/tolerances.md). With
+# inputs of several dtypes (NORM-MIXED) a normalized output takes the row of x's dtype, a residual
+# the row of its own.
 TOLERANCES["norms"] = {
     torch.float64: Tolerance(rtol=1e-7, atol=1e-7),
     torch.float32: Tolerance(rtol=1.3e-6, atol=1e-5),

@@ -130,6 +130,67 @@ class WeightLengthUnchecked(NativeBackend):
         return super().rms_norm(x, weight, eps=eps)
 
 
+def _contiguous_read(t: torch.Tensor) -> torch.Tensor:
+    """t's storage read as contiguous rows from its offset (its strides ignored)."""
+    return torch.as_strided(t, t.shape, torch.empty(t.shape).stride(), t.storage_offset())
+
+
+class AssumesContiguousRows(NativeBackend):
+    """Reads x (rms_norm) and residual (fused_add_rms_norm) as contiguous rows of its storage.
+
+    Origin: a kernel indexing ``row * hidden_size + i`` from ``data_ptr()``, as vLLM's fused
+    kernel does for the residual, without the contiguity check (spec/norms.md, Sources).
+    Caught by: NORM-LAYOUT.
+    """
+
+    name = "norm-assumes-contiguous-rows"
+    clauses = {"NORM-LAYOUT"}
+
+    def rms_norm(self, x, weight, *, eps):
+        validate_norm_args(x, weight, eps)
+        return super().rms_norm(_contiguous_read(x), weight, eps=eps)
+
+    def fused_add_rms_norm(self, x, residual, weight, *, eps):
+        validate_norm_args(x, weight, eps, residual)
+        return super().fused_add_rms_norm(x, _contiguous_read(residual), weight, eps=eps)
+
+
+class GemmaCastBeforeWeight(NativeBackend):
+    """Gemma RMSNorm in the LLaMA order: cast back to x's dtype, then multiply by ``1 + weight``,
+    so a float32 weight makes the output float32.
+
+    Origin: a Gemma norm derived from a LLaMA kernel by adding 1 to the weight (transformers'
+    comment "Llama does x.to(float16) * w whilst Gemma is (x * w).to(float16)", spec/norms.md).
+    Caught by: NORM-MIXED.
+    """
+
+    name = "gemma-cast-before-weight"
+    clauses = {"NORM-MIXED"}
+
+    def gemma_rms_norm(self, x, weight, *, eps):
+        eps = validate_norm_args(x, weight, eps)
+        return _normalized(x.float(), eps).to(x.dtype) * (1.0 + weight)
+
+
+class ResidualRoundedToInputDtype(NativeBackend):
+    """The fused op rounds a float32 residual to x's dtype, adds in x's dtype, and writes the
+    rounded sum back into a float32 residual: the stream loses its precision.
+
+    Origin: an adapter around a one-dtype in-place kernel (vLLM's ``fused_add_rms_norm`` reads
+    every tensor as ``scalar_t``) that casts the residual in and copies it back out.
+    Caught by: NORM-MIXED.
+    """
+
+    name = "residual-rounded-to-input-dtype"
+    clauses = {"NORM-MIXED"}
+
+    def fused_add_rms_norm(self, x, residual, weight, *, eps):
+        eps = validate_norm_args(x, weight, eps, residual)
+        total = x + residual.to(x.dtype)
+        normed = super().rms_norm(total, weight, eps=eps)
+        return normed, total.to(torch.promote_types(x.dtype, residual.dtype))
+
+
 BACKENDS = [
     GemmaWeightNotPlusOne(),
     RmsNormBf16Compute(),
@@ -138,4 +199,7 @@ BACKENDS = [
     FusedReturnsOldResidual(),
     FusedPairSwapped(),
     WeightLengthUnchecked(),
+    AssumesContiguousRows(),
+    GemmaCastBeforeWeight(),
+    ResidualRoundedToInputDtype(),
 ]

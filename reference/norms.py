@@ -1,8 +1,10 @@
 """Oracles for the norm contracts: spec/norms.md.
 
 All oracles compute in float64 from the given input values and return float64 on the input's
-device (the fused ops return a pair). They are written from the formulas in the spec; the
-self-tests compare them with explicit per-row sums and with transformers' modules as peers.
+device (the fused ops return a pair), whatever the inputs' dtypes and strides (NORM-MIXED,
+NORM-LAYOUT). They are written from the formulas in the spec; the self-tests compare them with
+explicit per-row sums and with transformers' modules as peers. ``normed_dtypes`` and
+``residual_dtypes`` give the dtypes an output may have (NORM-MIXED).
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ __all__ = [
     "fused_add_rms_norm",
     "gemma_fused_add_rms_norm",
     "gemma_rms_norm",
+    "normed_dtypes",
+    "residual_dtypes",
     "rms_norm",
     "validate_norm_args",
 ]
+
+NORM_OPS = ("rms_norm", "gemma_rms_norm", "fused_add_rms_norm", "gemma_fused_add_rms_norm")
 
 
 def validate_norm_args(x, weight, eps, residual=None) -> float:
@@ -75,3 +81,38 @@ def gemma_fused_add_rms_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NORM-FUSED-ADD: (gemma_rms_norm(x + residual), x + residual)."""
     return _add_then_norm(gemma_rms_norm, x, residual, weight, eps)
+
+
+def _dtype(value, name: str) -> torch.dtype:
+    if isinstance(value, torch.Tensor):
+        value = value.dtype
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise TypeError(f"{name} must be a floating dtype or tensor, got {value!r}")
+    return value
+
+
+def residual_dtypes(x, residual) -> tuple[torch.dtype, ...]:
+    """NORM-MIXED: the dtypes new_residual may have: x's, or the promotion of x's and residual's
+    (tensors or dtypes; one entry when they agree)."""
+    x_dtype, r_dtype = _dtype(x, "x"), _dtype(residual, "residual")
+    return tuple(dict.fromkeys((x_dtype, torch.promote_types(x_dtype, r_dtype))))
+
+
+def normed_dtypes(op: str, x, weight, residual=None) -> tuple[torch.dtype, ...]:
+    """NORM-MIXED: the dtypes the normalized output of ``op`` may have.
+
+    The Gemma forms: the dtype of their input (x, or for the fused op the sum's, one of
+    ``residual_dtypes``); the LLaMA forms also that dtype promoted with weight's (the weight
+    multiplied after the cast back, as transformers' LlamaRMSNorm and vLLM's forward_native do).
+    """
+    if op not in NORM_OPS:
+        raise ValueError(f"op must be one of {NORM_OPS}, got {op!r}")
+    w_dtype = _dtype(weight, "weight")
+    if "fused" in op:
+        if residual is None:
+            raise ValueError(f"residual must be given for {op}")
+        inputs = residual_dtypes(x, residual)
+    else:
+        inputs = (_dtype(x, "x"),)
+    promoted = () if "gemma" in op else tuple(torch.promote_types(d, w_dtype) for d in inputs)
+    return tuple(dict.fromkeys((*inputs, *promoted)))

@@ -30,8 +30,9 @@ def test_new_shapes_and_limits_do_not_recompile():
 
 
 def test_norms_compile_once_per_dtype():
-    """After one warm-up call per dtype, new shapes (a single row and d = 1 included) and eps
-    values add no compiled frame to the norm kernels."""
+    """After one warm-up call per dtype, new shapes (a single row and d = 1 included), eps
+    values, a float32 weight and residual (NORM-MIXED) and strided views (NORM-LAYOUT) add no
+    compiled frame to the norm kernels."""
     from torch._dynamo.utils import counters
 
     ops = ("rms_norm", "gemma_rms_norm", "fused_add_rms_norm", "gemma_fused_add_rms_norm")
@@ -48,6 +49,9 @@ def test_norms_compile_once_per_dtype():
     for i, shape in enumerate([(2, 6), (7, 4, 10), (1, 64), (6,), (4, 1), (5, 2048)]):
         for dtype in dtypes:
             call_all(shape, dtype, 1e-6 * (i + 1))
+            x, r, w = torch.randn(*shape, 2)[..., 0].to(dtype), torch.randn(shape), torch.randn(shape[-1])
+            for op in ops:
+                getattr(BACKEND, op)(*((x, r, w) if "fused" in op else (x, w)), eps=1e-5)
     assert counters["stats"]["unique_graphs"] == before
 
 

@@ -1,5 +1,7 @@
 """The norm oracles against independent formulations: per-row loops with math.fsum, and
-transformers' LlamaRMSNorm / GemmaRMSNorm / Gemma2RMSNorm modules as peers."""
+transformers' LlamaRMSNorm / GemmaRMSNorm / Gemma2RMSNorm modules as peers; the upstream
+formulas (transformers' modules, vLLM's and sglang's forward_native) as backends pass the
+NORM-MIXED and NORM-LAYOUT properties on the suite's draws."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from operator import attrgetter
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conformance.error_cases import NORM_ERRORS
@@ -146,3 +148,162 @@ def test_oracle_raises_the_shared_error_cases(case):
     """NORM-ERRORS: every shared bad-input record raises its exception, naming the argument."""
     with pytest.raises(case.exception, match=case.match):
         case.call(oracle)
+
+
+@pytest.mark.parametrize("module_path, name, op", PEERS + [
+    ("transformers.models.gemma3.modeling_gemma3", "Gemma3RMSNorm", "gemma_rms_norm")],
+    ids=[p[1] for p in PEERS] + ["Gemma3RMSNorm"])  # fmt: skip
+def test_mixed_output_dtypes_are_transformers(module_path, name, op):
+    """NORM-MIXED's facts: with a bfloat16 x and a float32 weight, LlamaRMSNorm returns float32
+    (the promotion) and the Gemma modules bfloat16; each is what normed_dtypes allows, and
+    normed_dtypes allows nothing else for Gemma."""
+    module = _peer(module_path, name)(16, eps=1e-6)
+    x = torch.randn(3, 16).to(torch.bfloat16)
+    got = module(x).dtype
+    assert got == (torch.float32 if name == "LlamaRMSNorm" else torch.bfloat16)
+    allowed = oracle.normed_dtypes(op, x, module.weight)
+    assert got in allowed and (op == "rms_norm" or allowed == (torch.bfloat16,))
+
+
+def test_output_dtype_rules():
+    """NORM-MIXED's tables, and one clear line naming the bad argument."""
+    bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+    assert oracle.residual_dtypes(bf16, f32) == (bf16, f32)
+    assert oracle.residual_dtypes(f32, bf16) == (f32,)
+    assert oracle.residual_dtypes(f16, bf16) == (f16, f32)
+    assert oracle.normed_dtypes("rms_norm", bf16, f32) == (bf16, f32)
+    assert oracle.normed_dtypes("gemma_rms_norm", bf16, f32) == (bf16,)
+    assert oracle.normed_dtypes("gemma_fused_add_rms_norm", bf16, f32, f32) == (bf16, f32)
+    assert oracle.normed_dtypes("fused_add_rms_norm", bf16, f32, bf16) == (bf16, f32)
+    with pytest.raises(ValueError, match="op must be one of"):
+        oracle.normed_dtypes("layer_norm", bf16, f32)
+    with pytest.raises(ValueError, match="residual must be given"):
+        oracle.normed_dtypes("fused_add_rms_norm", bf16, f32)
+    with pytest.raises(TypeError, match="weight must be a floating dtype"):
+        oracle.normed_dtypes("rms_norm", bf16, torch.int32)
+    with pytest.raises(TypeError, match="residual must be a floating dtype"):
+        oracle.residual_dtypes(bf16, "float32")
+
+
+# --- the field's formulas as backends (spec/norms.md, NORM-MIXED and NORM-LAYOUT, Sources) ------
+
+
+class _Peer:
+    def unavailable(self, device):
+        return None
+
+    def fused_add_rms_norm(self, x, residual, weight, *, eps):
+        total = x + residual  # a transformers decoder layer: the sum in PyTorch's promotion
+        return self.rms_norm(total, weight, eps=eps), total
+
+    def gemma_fused_add_rms_norm(self, x, residual, weight, *, eps):
+        total = x + residual
+        return self.gemma_rms_norm(total, weight, eps=eps), total
+
+
+class TransformersPeer(_Peer):
+    """transformers' LlamaRMSNorm and Gemma3RMSNorm modules, the weight kept in its own dtype."""
+
+    name = "transformers-norm-modules"
+
+    def _run(self, module_path, name, x, weight, eps):
+        module = _peer(module_path, name)(weight.shape[0], eps=eps)
+        module.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+        return module(x)
+
+    def rms_norm(self, x, weight, *, eps):
+        return self._run("transformers.models.llama.modeling_llama", "LlamaRMSNorm", x, weight, eps)
+
+    def gemma_rms_norm(self, x, weight, *, eps):
+        return self._run("transformers.models.gemma3.modeling_gemma3", "Gemma3RMSNorm", x, weight, eps)
+
+
+class VllmNativePeer(_Peer):
+    """vLLM's RMSNorm.forward_native and GemmaRMSNorm.forward_static, as spec/norms.md quotes them
+    (its Gemma residual is float32 for float16 inputs, a deviation: the fused Gemma op is left out)."""
+
+    name = "vllm-forward-native"
+
+    def fused_add_rms_norm(self, x, residual, weight, *, eps):
+        orig_dtype = x.dtype
+        x = x.to(torch.float32) + residual.to(torch.float32)
+        residual = x.to(orig_dtype)
+        x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+        return x.to(orig_dtype) * weight, residual
+
+    def rms_norm(self, x, weight, *, eps):
+        orig_dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+        return x.to(orig_dtype) * weight
+
+    def gemma_rms_norm(self, x, weight, *, eps):
+        orig_dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+        return (x * (1.0 + weight.float())).to(orig_dtype)
+
+
+class SglangNativePeer(_Peer):
+    """sglang's RMSNorm.forward_native (the weight product in float32, cast once) and
+    GemmaRMSNorm.forward_native (the sum in PyTorch's promotion), as spec/norms.md quotes them."""
+
+    name = "sglang-forward-native"
+
+    def _rms(self, x, weight, eps, residual=None):
+        x = x.contiguous()
+        orig_dtype = x.dtype
+        x = x.to(torch.float32)
+        if residual is not None:
+            x = x + residual.to(torch.float32)
+            residual = x.to(orig_dtype)
+        x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+        x = (x * weight).to(orig_dtype)
+        return x if residual is None else (x, residual)
+
+    def rms_norm(self, x, weight, *, eps):
+        return self._rms(x, weight, eps)
+
+    def fused_add_rms_norm(self, x, residual, weight, *, eps):
+        return self._rms(x, weight, eps, residual)
+
+    def gemma_rms_norm(self, x, weight, *, eps):
+        orig_dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+        return (x * (1.0 + weight.float())).to(orig_dtype)
+
+
+UPSTREAM = [
+    (peer, op)
+    for peer in (TransformersPeer(), VllmNativePeer(), SglangNativePeer())
+    for op in oracle.NORM_OPS
+    if not (peer.name == "vllm-forward-native" and op == "gemma_fused_add_rms_norm")
+]
+# The properties' own bodies on their own draws, with fewer examples (11 peer/op pairs each).
+# Imported when a test runs, not at collection: importing conformance.test_norms outside the
+# suite's collection would bind its @given tests to the profile loaded here (profiles.SuiteProfile).
+PEER_CLAUSES = {
+    "NORM-MIXED": ("test_mixed_dtypes", "MIXED_RECIPES"),
+    "NORM-LAYOUT": ("test_views_give_the_oracle", "VIEW_RECIPES"),
+}
+
+
+@pytest.mark.parametrize("clause", list(PEER_CLAUSES))
+@pytest.mark.parametrize("peer, op", UPSTREAM, ids=[f"{p.name}-{op}" for p, op in UPSTREAM])
+def test_upstream_formulas_pass_mixed_dtypes_and_views(clause, peer, op):
+    """The field's correct norms (transformers' modules with a float32 weight give float32,
+    sglang's give x's dtype; the residual in x's dtype or the promoted one) pass NORM-MIXED and
+    NORM-LAYOUT on the suite's draws: the clauses demand no more than the field does."""
+    if isinstance(peer, TransformersPeer):
+        _peer("transformers.models.llama.modeling_llama", "LlamaRMSNorm")
+    from conformance import test_norms as properties
+
+    prop, recipes = (getattr(properties, name) for name in PEER_CLAUSES[clause])
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(recipe=recipes)
+    def run(recipe):
+        prop.hypothesis.inner_test(backend=peer, device=torch.device("cpu"), op=op, recipe=recipe)
+
+    run()
