@@ -16,6 +16,7 @@ from conformance.serving_errors import SERVING_ERRORS
 from conformance.strategies.serving import (
     MIXED_DIMS,
     POISONS,
+    SOME_LONG,
     contiguous,
     extend_rows,
     poison_value,
@@ -87,7 +88,7 @@ def same_backend(out, want, batch, *, clause: str, context: str) -> None:
 
 @pytest.mark.clause("SERVE")
 @pytest.mark.op("paged_attention")
-@given(data=st.data(), recipe=serving_recipes())
+@given(data=st.data(), recipe=serving_recipes(long=SOME_LONG))
 def test_paged_attention_matches_oracle(backend, device, data, recipe):
     """Ragged paged batches of decode, extend and prefill sequences match SERVE, with or without W."""
     window = data.draw(windows(recipe), label="sliding_window")
@@ -96,7 +97,7 @@ def test_paged_attention_matches_oracle(backend, device, data, recipe):
 
 @pytest.mark.clause("SERVE-PAGED")
 @pytest.mark.op("paged_attention")
-@given(data=st.data(), recipe=serving_recipes(), poison=st.sampled_from(POISONS))
+@given(data=st.data(), recipe=serving_recipes(long=SOME_LONG), poison=st.sampled_from(POISONS))
 def test_unread_slots_never_influence(backend, device, data, recipe, poison):
     """Slots past L_b, spare and foreign blocks filled with NaN or the dtype's huge value change nothing."""
     window = data.draw(windows(recipe), label="sliding_window")
@@ -117,7 +118,7 @@ def test_paged_equals_contiguous(backend, device, data, recipe):
 
 @pytest.mark.clause("SERVE-EXTEND")
 @pytest.mark.op("paged_attention")
-@given(data=st.data(), recipe=serving_recipes(kinds=("extend",), dtypes=F32))
+@given(data=st.data(), recipe=serving_recipes(kinds=("extend",), dtypes=F32, long=SOME_LONG))
 def test_extend_matches_oracle(backend, device, data, recipe):
     """Extend batches (1 < n_b < L_b) attend the prefix bottom-right aligned, W < L often, in float32."""
     window = data.draw(st.one_of(st.none(), st.integers(1, recipe.max_len - 1)), label="sliding_window")
@@ -199,7 +200,7 @@ def dense_decode_call(batch, generator):
 
 @pytest.mark.clause("SERVE-DECODE")
 @pytest.mark.op("paged_attention")
-@given(data=st.data(), recipe=serving_recipes(kinds=("decode",)))
+@given(data=st.data(), recipe=serving_recipes(kinds=("decode",), long=SOME_LONG))
 def test_decode_matches_dense_decode(backend, device, data, recipe):
     """All n_b = 1 on a permuted contiguous_to_paged cache equals ATTN-DECODE on the dense cache."""
     opts = options(recipe, sliding_window=data.draw(windows(recipe), label="sliding_window"))
@@ -233,7 +234,7 @@ def test_decode_equals_last_row_of_extend(backend, device, data, recipe, extra):
 
 @pytest.mark.clause("SERVE-EVICT")
 @pytest.mark.op("paged_attention")
-@given(data=st.data(), recipe=serving_recipes())
+@given(data=st.data(), recipe=serving_recipes(long=SOME_LONG))
 def test_evicted_positions_are_never_read(backend, device, data, recipe):
     """With W, positions before e_b (and every unread slot) filled with NaN change nothing."""
     window = data.draw(st.integers(1, max(1, recipe.max_len - 1)), label="sliding_window")
