@@ -88,7 +88,7 @@ def same_backend(out, want, batch, *, clause: str, context: str) -> None:
 
 @pytest.mark.clause("SERVE")
 @pytest.mark.op("paged_attention")
-@given(data=st.data(), recipe=serving_recipes(long=SOME_LONG))
+@given(data=st.data(), recipe=serving_recipes())
 def test_paged_attention_matches_oracle(backend, device, data, recipe):
     """Ragged paged batches of decode, extend and prefill sequences match SERVE, with or without W."""
     window = data.draw(windows(recipe), label="sliding_window")
@@ -97,7 +97,7 @@ def test_paged_attention_matches_oracle(backend, device, data, recipe):
 
 @pytest.mark.clause("SERVE-PAGED")
 @pytest.mark.op("paged_attention")
-@given(data=st.data(), recipe=serving_recipes(long=SOME_LONG), poison=st.sampled_from(POISONS))
+@given(data=st.data(), recipe=serving_recipes(), poison=st.sampled_from(POISONS))
 def test_unread_slots_never_influence(backend, device, data, recipe, poison):
     """Slots past L_b, spare and foreign blocks filled with NaN or the dtype's huge value change nothing."""
     window = data.draw(windows(recipe), label="sliding_window")
@@ -118,7 +118,7 @@ def test_paged_equals_contiguous(backend, device, data, recipe):
 
 @pytest.mark.clause("SERVE-EXTEND")
 @pytest.mark.op("paged_attention")
-@given(data=st.data(), recipe=serving_recipes(kinds=("extend",), dtypes=F32, long=SOME_LONG))
+@given(data=st.data(), recipe=serving_recipes(kinds=("extend",), dtypes=F32))
 def test_extend_matches_oracle(backend, device, data, recipe):
     """Extend batches (1 < n_b < L_b) attend the prefix bottom-right aligned, W < L often, in float32."""
     window = data.draw(st.one_of(st.none(), st.integers(1, recipe.max_len - 1)), label="sliding_window")

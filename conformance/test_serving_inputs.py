@@ -19,6 +19,8 @@ from conformance.strategies.serving import (
 )
 from conformance.test_serving import check_oracle
 
+SMALL_DIMS = ((16, 16), (32, 32), (64, 64))  # neither a view's strides nor the scale needs wide heads
+
 
 @pytest.mark.clause("SERVE-LONG")
 @pytest.mark.op("paged_attention")
@@ -38,7 +40,7 @@ def test_long_sequences_match_oracle(backend, device, data, recipe, poison):
 @pytest.mark.op("paged_attention")
 @given(
     data=st.data(),
-    recipe=serving_recipes(long=(False,), cache_layouts=CACHE_LAYOUTS[1:], q_layouts=Q_LAYOUTS[1:]),
+    recipe=serving_recipes(dims=SMALL_DIMS, cache_layouts=CACHE_LAYOUTS[1:], q_layouts=Q_LAYOUTS[1:]),
 )
 def test_views_are_read_through_their_strides(backend, device, data, recipe):
     """q a slice of a fused qkv projection, the caches the halves of one [num_blocks, 2, ...] buffer
@@ -50,7 +52,7 @@ def test_views_are_read_through_their_strides(backend, device, data, recipe):
 
 @pytest.mark.clause("ATTN-SCALE")
 @pytest.mark.op("paged_attention")
-@given(data=st.data(), recipe=serving_recipes(magnitudes=(2.0,), long=(False,)))
+@given(data=st.data(), recipe=serving_recipes(dims=SMALL_DIMS, magnitudes=(2.0,)))
 def test_paged_scale_is_the_one_passed(backend, device, data, recipe):
     """Scores 4x the unit ones at a scale other than 1/sqrt(Dqk) (MLA's, YaRN's, any): a kernel that
     uses 1/sqrt(Dqk) (or its op default) whatever was passed fails."""
