@@ -262,6 +262,7 @@ class FlexBackend:
         """flex_attention of window_mask_mod, with no size of 1 (``_no_size_one``)."""
         flex = _flex()
         batch, q_heads, q_len = q.shape[0], q.shape[1], q.shape[2]
+        q, k, v = (t.contiguous() for t in (q, k, v))  # views (spec/attention.md): new strides would retrace
         q, k, v, query_pos, key_valid = _no_size_one(q, k, v, query_pos, key_valid)
         mask_mod = window_mask_mod(query_pos.contiguous(), key_valid.contiguous(), window)
         if not self.compiled:  # the mask_mod evaluated once and looked up: see paged_attention
@@ -324,7 +325,7 @@ class FlexBackend:
         cap = torch.tensor(1.0 if meta.softcap is None else meta.softcap, dtype=score_dtype, device=device)
         sink = torch.zeros(q_heads, dtype=score_dtype, device=device) if sinks is None else sinks
         sink = sink.detach().to(device, score_dtype)
-        q = q.transpose(0, 1).unsqueeze(0)  # [1, Hq, T, Dqk]
+        q = q.transpose(0, 1).unsqueeze(0).contiguous()  # [1, Hq, T, Dqk]; a view's strides would retrace
         k, v = _packed_kv(k_cache, layout["rows"]), _packed_kv(v_cache, layout["rows"])
         q, k, v, sink = _serving_shapes(q, k, v, sink, layout, compiled=self.compiled)
         flags = (sinks is not None, meta.softcap is not None)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import backends
 from conformance.checks import assert_close, check_raises, describe
 from conformance.error_cases import ATTENTION_ERRORS, check_backend_raises, params
-from conformance.strategies.attention import attention_recipes, decode_lengths, windows_inside
+from conformance.strategies.attention import attention_recipes, decode_lengths, softmax_scales, windows_inside
 from conformance.strategies.masks import PADDING_PATTERNS, make_padding_mask, windows
 from conformance.strategies.nan import excused_rows, nan_sites, put_nan
 from conformance.tolerances import value_scale
@@ -53,7 +53,7 @@ def test_attention_matches_oracle(backend, device, recipe):
     """attention with an arbitrary bool mask matches ATTN; rows with no allowed key are zeros."""
     q, k, v = recipe.make(device)
     allowed = random_allowed(recipe.batch, recipe.q_len, recipe.kv_len, recipe.seed, device)
-    scale = oracle.default_scale(recipe.head_dim)
+    scale = recipe.attention_scale
     out = backend.attention(q, k, v, allowed=allowed, scale=scale)
     want = oracle.attention(q.cpu(), k.cpu(), v.cpu(), allowed=allowed.cpu(), scale=scale)
     compare(out, want, v, clause="ATTN", context=describe(backend, device, "attention", recipe=recipe))
@@ -67,7 +67,7 @@ def test_prefill_matches_oracle(backend, device, data, recipe, padding):
     sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
     padding_mask = make_padding_mask(padding, recipe.batch, recipe.kv_len, recipe.seed)
     q, k, v = recipe.make(device)
-    scale = oracle.default_scale(recipe.head_dim)
+    scale = recipe.attention_scale
     on_device = None if padding_mask is None else padding_mask.to(device)
     out = backend.prefill_attention(
         q, k, v, sliding_window=sliding_window, padding_mask=on_device, scale=scale
@@ -88,7 +88,7 @@ def test_prefill_window_is_exact_in_float32(backend, device, data, recipe):
     """With W < S in float32, one key more or less than W (|v|/W) is far outside the tolerance."""
     sliding_window = data.draw(windows_inside(recipe), label="sliding_window")
     q, k, v = recipe.make(device)
-    scale = oracle.default_scale(recipe.head_dim)
+    scale = recipe.attention_scale
     out = backend.prefill_attention(q, k, v, sliding_window=sliding_window, padding_mask=None, scale=scale)
     want = oracle.prefill_attention(
         q.cpu(), k.cpu(), v.cpu(), sliding_window=sliding_window, padding_mask=None, scale=scale
@@ -122,8 +122,8 @@ def test_decode_matches_oracle(backend, device, data, recipe, poison):
         if recipe.dtype == torch.float16
         else 1e30
     )
-    k_cache, v_cache = (poison_stale_rows(t, seq_lens, poison) for t in (k, v))
-    scale = oracle.default_scale(recipe.head_dim)
+    k_cache, v_cache = recipe.laid_out(*(poison_stale_rows(t, seq_lens, poison) for t in (k, v)))
+    scale = recipe.attention_scale
     out = backend.decode_attention(
         q, k_cache, v_cache, seq_lens.to(device), sliding_window=sliding_window, scale=scale
     )
@@ -149,7 +149,7 @@ def test_decode_equals_prefill_row(backend, device, data, recipe):
     sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
     positions = data.draw(decode_lengths(recipe.batch, recipe.kv_len), label="lengths") - 1
     q, k, v = recipe.make(device)
-    scale = oracle.default_scale(recipe.head_dim)
+    scale = recipe.attention_scale
     prefill = backend.prefill_attention(
         q, k, v, sliding_window=sliding_window, padding_mask=None, scale=scale
     )
@@ -168,11 +168,13 @@ def test_decode_equals_prefill_row(backend, device, data, recipe):
 
 @pytest.mark.clause("ATTN-SCALE")
 @pytest.mark.op("prefill_attention")
-@given(recipe=attention_recipes(scales=(3.0,), max_len=48))
-def test_scale_is_the_one_passed(backend, device, recipe):
-    """Large scores with scale = 1/sqrt(D): a backend that uses another scale (the op default 1.0) fails."""
+@given(data=st.data(), recipe=attention_recipes(scales=(2.0, 3.0), max_len=48))
+def test_scale_is_the_one_passed(backend, device, data, recipe):
+    """Large scores at the scale passed (1/sqrt(D), MLA's, YaRN's, any): a backend that uses another
+    (the op default 1.0, or 1/sqrt(D) whatever was passed) fails."""
     q, k, v = recipe.make(device)
-    scale = oracle.default_scale(recipe.head_dim)
+    # ATTN-TOL's measured range: q, k up to 3 sigma at 1/sqrt(D) (ratio x magnitude^2 <= 9).
+    scale = data.draw(softmax_scales(recipe.head_dim, max_ratio=9 / recipe.scale**2), label="scale")
     out = backend.prefill_attention(q, k, v, sliding_window=None, padding_mask=None, scale=scale)
     want = oracle.prefill_attention(
         q.cpu(), k.cpu(), v.cpu(), sliding_window=None, padding_mask=None, scale=scale
@@ -182,7 +184,7 @@ def test_scale_is_the_one_passed(backend, device, recipe):
         want,
         v,
         clause="ATTN-SCALE",
-        context=describe(backend, device, "prefill_attention", recipe=recipe),
+        context=describe(backend, device, "prefill_attention", recipe=recipe, scale=scale),
     )
 
 
@@ -194,7 +196,7 @@ def test_additive_mask_in_query_dtype_equals_bool(backend, device, recipe):
     q, k, v = recipe.make(device)
     allowed = random_allowed(recipe.batch, recipe.q_len, recipe.kv_len, recipe.seed | 1, device)
     allowed |= torch.eye(recipe.q_len, dtype=torch.bool, device=device)  # no empty rows
-    scale = oracle.default_scale(recipe.head_dim)
+    scale = recipe.attention_scale
     try:
         from_float = backend.attention(q, k, v, allowed=additive_mask(allowed, q.dtype), scale=scale)
     except TypeError:

@@ -270,3 +270,63 @@ BACKENDS = [
     named(DecodeReadsStaleRows, "wrong-decode-reads-stale-rows"),
     named(NanRowsSwallowed, "wrong-nan-rows-swallowed"),
 ]
+
+
+class AttentionScaleFromHeadDim(NativeBackend):
+    """The scale passed is ignored: prefill and decode use 1/sqrt(D) of the q they were given.
+
+    Origin: an adapter that fills the kernel's softmax_scale from the head dim; right for a plain
+    model, wrong for MLA's absorbed decode and YaRN's mscale^2 (spec/attention.md, ATTN-SCALE).
+    Caught by: ATTN-SCALE, ATTN-PREFILL, ATTN-DECODE.
+    """
+
+    clauses = {"ATTN-SCALE", "ATTN-PREFILL", "ATTN-DECODE"}
+
+    def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
+        attention_oracle.require_scale(scale)
+        return super().prefill_attention(
+            q, k, v, sliding_window=sliding_window, padding_mask=padding_mask, scale=q.shape[-1] ** -0.5
+        )
+
+    def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
+        attention_oracle.require_scale(scale)
+        return super().decode_attention(
+            q, k_cache, v_cache, seq_lens, sliding_window=sliding_window, scale=q.shape[-1] ** -0.5
+        )
+
+
+class AttentionViewsReadAsContiguous(NativeBackend):
+    """q, k, v read from their data pointers as if contiguous [B, H, S, D]: the transposed head
+    slices of a fused [B, S, H, D] projection are read with heads and positions mixed.
+
+    Origin: a custom kernel taking ``q.data_ptr()`` with computed strides; right for every fresh
+    test tensor, wrong for HF's ``.view(B, S, H, D).transpose(1, 2)`` (spec/attention.md, Shapes).
+    Caught by: ATTN, ATTN-PREFILL, ATTN-DECODE.
+    """
+
+    clauses = {"ATTN", "ATTN-PREFILL", "ATTN-DECODE"}
+
+    @staticmethod
+    def _read(*tensors):
+        return [t.as_strided(t.shape, torch.empty(t.shape, device="meta").stride(), t.storage_offset())
+                for t in tensors]  # fmt: skip
+
+    def attention(self, q, k, v, *, allowed, scale):
+        return super().attention(*self._read(q, k, v), allowed=allowed, scale=scale)
+
+    def prefill_attention(self, q, k, v, *, sliding_window, padding_mask, scale):
+        return super().prefill_attention(
+            *self._read(q, k, v), sliding_window=sliding_window, padding_mask=padding_mask, scale=scale
+        )
+
+    def decode_attention(self, q, k_cache, v_cache, seq_lens, *, sliding_window, scale):
+        q, k_cache, v_cache = self._read(q, k_cache, v_cache)
+        return super().decode_attention(
+            q, k_cache, v_cache, seq_lens, sliding_window=sliding_window, scale=scale
+        )
+
+
+BACKENDS += [
+    named(AttentionScaleFromHeadDim, "wrong-attention-scale-from-head-dim"),
+    named(AttentionViewsReadAsContiguous, "wrong-attention-views-read-as-contiguous"),
+]

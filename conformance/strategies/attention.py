@@ -1,9 +1,11 @@
-"""Hypothesis strategies for the attention properties (spec/attention.md): q/k/v recipes, windows
-inside the sequence and decode lengths (windows and padding come from the mask strategies).
+"""Hypothesis strategies for the attention properties (spec/attention.md): q/k/v recipes (as fresh
+tensors or as strided views), softmax scales, windows inside the sequence and decode lengths
+(windows and padding come from the mask strategies).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +16,34 @@ from conformance.strategies.common import FLOAT_DTYPES, seeds
 ATTENTION_DTYPES = FLOAT_DTYPES
 HEAD_DIMS = (16, 32, 64, 128, 256)
 GQA_RATIOS = (1, 2, 4)
+# ATTN-SCALE: the scales the field passes, as ratios to 1/sqrt(D). DeepSeek-V3's absorbed MLA decode
+# attends with D = kv_lora_rank + rope = 576 at the model's 1/sqrt(nope + rope = 192); its YaRN
+# scaling multiplies the scale by mscale^2, mscale = 0.1 ln(factor 40) + 1.
+MLA_ABSORBED_RATIO = math.sqrt(576 / 192)
+YARN_RATIO = (0.1 * math.log(40.0) + 1.0) ** 2
+LAYOUTS = ("fresh", "views")  # ATTN: q/k/v as fresh tensors, or as the transposed slices of one projection
+
+
+def softmax_scales(head_dim: int, *, max_ratio: float = 2.0):
+    """ATTN-SCALE: 1/sqrt(D), the MLA and YaRN scales, or any ratio in [1/4, max_ratio] of it.
+
+    ``max_ratio`` keeps the scores in the range ATTN-TOL was measured in (spec/tolerances.md: q, k up to
+    3 sigma at 1/sqrt(D), i.e. ratio x magnitude^2 <= 9)."""
+    named = [r for r in (MLA_ABSORBED_RATIO, YARN_RATIO) if r <= max_ratio]
+    ratios = st.one_of(st.just(1.0), st.sampled_from(named or [1.0]), st.floats(0.25, max_ratio))
+    return ratios.map(lambda ratio: ratio / math.sqrt(head_dim))
+
+
+def bshd_views(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The same values as views: [B, H_i, S, D] tensors of one S become the transposed head slices of
+    one [B, S, sum H_i, D] buffer (q, k, v of a fused qkv projection, as HF models hand them to
+    attention); tensors of different lengths each become the transpose of its own [B, S, H, D]."""
+    if len({t.shape[2] for t in tensors}) == 1 and len({t.shape[3] for t in tensors}) == 1:
+        fused = torch.cat([t.transpose(1, 2) for t in tensors], dim=2)
+        parts = fused.split([t.shape[1] for t in tensors], dim=2)
+    else:
+        parts = [t.transpose(1, 2).contiguous() for t in tensors]
+    return tuple(part.transpose(1, 2) for part in parts)
 
 
 @dataclass(frozen=True)
@@ -28,7 +58,13 @@ class AttentionRecipe:
     head_dim: int
     dtype: torch.dtype
     seed: int
-    scale: float = 1.0
+    scale: float = 1.0  # the magnitude of the values (not the softmax scale)
+    softmax_scale: float | None = None  # ATTN-SCALE's scale; None: 1/sqrt(D)
+    layout: str = "fresh"  # LAYOUTS
+
+    @property
+    def attention_scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim) if self.softmax_scale is None else self.softmax_scale
 
     def make(self, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed(self.seed)
@@ -37,11 +73,12 @@ class AttentionRecipe:
             values = torch.randn(self.batch, heads, length, self.head_dim, generator=gen, dtype=torch.float64)
             return (values * self.scale).to(self.dtype).to(device)
 
-        return (
-            draw(self.q_heads, self.q_len),
-            draw(self.kv_heads, self.kv_len),
-            draw(self.kv_heads, self.kv_len),
-        )
+        q = draw(self.q_heads, self.q_len)
+        return self.laid_out(q, draw(self.kv_heads, self.kv_len), draw(self.kv_heads, self.kv_len))
+
+    def laid_out(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The tensors in this recipe's layout (the same values; views for "views")."""
+        return bshd_views(*tensors) if self.layout == "views" else tensors
 
 
 @st.composite
@@ -53,8 +90,10 @@ def attention_recipes(
     dtypes=ATTENTION_DTYPES,
     scales=(0.5, 1.0, 2.0),
     same_len: bool = True,
+    max_scale_ratio: float = 2.0,
 ) -> AttentionRecipe:
-    """Shapes with head dims 16..256 and GQA ratios 1, 2, 4; total size kept small."""
+    """Shapes with head dims 16..256 and GQA ratios 1, 2, 4; total size kept small; the softmax scale
+    (``softmax_scales``) and the layout drawn too."""
     kv_len = draw(st.one_of(st.integers(1, 8), st.integers(9, max_len)))
     kv_heads = draw(st.integers(1, 2))
     head_dim = draw(st.sampled_from(HEAD_DIMS))
@@ -69,6 +108,8 @@ def attention_recipes(
         dtype=draw(st.sampled_from(dtypes)),
         seed=draw(seeds()),
         scale=draw(st.sampled_from(scales)),
+        softmax_scale=draw(softmax_scales(head_dim, max_ratio=max_scale_ratio)),
+        layout=draw(st.sampled_from(LAYOUTS)),
     )
 
 

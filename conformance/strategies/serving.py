@@ -3,7 +3,9 @@
 A ``ServingRecipe`` fixes the data (q and every sequence's keys and values, from ``seed``) apart
 from the layout (block size, block order, spare and padding blocks, from ``seed + 1``), so
 ``dataclasses.replace(recipe, block_size=..., contiguous=True)`` gives the same sequences paged
-another way (the metamorphic form of SERVE-PAGED).
+another way (the metamorphic form of SERVE-PAGED). Its ``cache_layout`` and ``q_layout`` hand the
+same values to the backend as views (SERVE-LAYOUT), its ``softmax_scale`` is the scale passed
+(ATTN-SCALE), and its ``long`` draws put sequences past two split-KV partitions (SERVE-LONG).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
+from conformance.strategies.attention import softmax_scales
 from conformance.strategies.common import FLOAT_DTYPES, seeds
 
 BLOCK_SIZES = (1, 2, 3, 5, 8, 16, 128)
@@ -25,6 +28,19 @@ KINDS = ("decode", "extend", "prefill")
 MAX_TOKENS = 64  # T, all sequences' new queries
 MAX_LEN = 96  # L_b
 POISONS = ("nan", "huge")
+# SERVE-LAYOUT: the caches as fresh tensors, as the key and value halves of one buffer
+# ([num_blocks, 2, block_size, Hkv, D], or [..., Hkv, Dqk + Dv] when Dv != Dqk), or as the
+# transposed view of an HND cache ([num_blocks, Hkv, block_size, D]); q fresh or a slice of a fused
+# qkv projection ([T, (Hq + Hkv) Dqk + Hkv Dv]).
+CACHE_LAYOUTS = ("separate", "kv-fused", "hnd")
+Q_LAYOUTS = ("separate", "fused-qkv")
+# SERVE-LONG: sequences past two 512-key split-KV partitions, at small heads and head dims.
+LONG_LEN = (1025, 4608)
+LONG_BLOCK_SIZES = (1, 16, 128, 256)
+LONG_DIMS = ((4, 4), (8, 8))
+LONG_MIXED_DIMS = ((8, 4), (4, 8))
+LONG_QUERIES = 8  # an extend's new queries (the cost is n_b x L_b)
+SOME_LONG = (False,) * 7 + (True,)  # ``long`` of the properties where length matters
 
 
 def poison_value(kind: str, dtype: torch.dtype) -> float:
@@ -53,6 +69,13 @@ class ServingRecipe:
     index_dtype: torch.dtype = torch.int32
     magnitude: float = 1.0
     contiguous: bool = False  # one run of blocks per sequence, in order, nothing spare or padded
+    softmax_scale: float | None = None  # ATTN-SCALE: the scale passed; None: 1/sqrt(Dqk)
+    cache_layout: str = "separate"  # CACHE_LAYOUTS
+    q_layout: str = "separate"  # Q_LAYOUTS
+
+    @property
+    def attention_scale(self) -> float:
+        return self.head_dim**-0.5 if self.softmax_scale is None else self.softmax_scale
 
     @property
     def q_heads(self) -> int:
@@ -100,9 +123,8 @@ class ServingRecipe:
         k_cache = torch.randn(pool, bs, self.kv_heads, self.head_dim, generator=gen).to(self.dtype)
         v_cache = torch.randn(pool, bs, self.kv_heads, self.value_dim, generator=gen).to(self.dtype)
         for row, k, v in zip(ids, keys, values, strict=True):
-            for i, block in enumerate(row):
-                k_cache[block, : len(k[i * bs : (i + 1) * bs])] = k[i * bs : (i + 1) * bs]
-                v_cache[block, : len(v[i * bs : (i + 1) * bs])] = v[i * bs : (i + 1) * bs]
+            blocks, slots = _slots(row, 0, k.shape[0], bs)
+            k_cache[blocks, slots], v_cache[blocks, slots] = k, v
         width = max(needed) + (0 if self.contiguous else self.pad_columns)
         garbage = torch.tensor([-1, pool, *range(pool)])  # padding, an id out of range, any block
         table = garbage[torch.randint(len(garbage), (len(ids), width), generator=gen)]
@@ -111,13 +133,47 @@ class ServingRecipe:
         return k_cache, v_cache, table.to(self.index_dtype), tuple(ids)
 
 
+def _slots(row, start: int, stop: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block ids, slots) of positions start .. stop - 1 of a sequence whose blocks are ``row``."""
+    positions = torch.arange(start, stop)
+    return torch.tensor(row, dtype=torch.long)[positions // block_size], positions % block_size
+
+
+def cache_views(
+    k_cache: torch.Tensor, v_cache: torch.Tensor, layout: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SERVE-LAYOUT: the same caches as the views a framework hands over (CACHE_LAYOUTS)."""
+    if layout == "kv-fused":
+        if k_cache.shape == v_cache.shape:
+            buffer = torch.stack([k_cache, v_cache], dim=1)  # [num_blocks, 2, block_size, Hkv, D]
+            return buffer[:, 0], buffer[:, 1]
+        buffer = torch.cat([k_cache, v_cache], dim=-1)
+        return buffer[..., : k_cache.shape[-1]], buffer[..., k_cache.shape[-1] :]
+    if layout == "hnd":
+        return tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k_cache, v_cache))
+    return k_cache, v_cache
+
+
+def q_view(q: torch.Tensor, layout: str, kv_columns: int, seed: int) -> torch.Tensor:
+    """SERVE-LAYOUT: q [T, Hq, Dqk] as the first columns of a fused qkv projection [T, Hq Dqk +
+    kv_columns] (the k and v columns hold other values, from ``seed``), or q itself."""
+    if layout != "fused-qkv":
+        return q
+    tokens, heads, dim = q.shape
+    others = torch.randn(tokens, kv_columns, generator=torch.Generator().manual_seed(seed))
+    qkv = torch.cat([q.reshape(tokens, -1), others.to(q.dtype).to(q.device)], dim=1)
+    return qkv[:, : heads * dim].view(tokens, heads, dim)
+
+
 class PagedBatch:
     """The tensors of one paged_attention call, and the dense data they were paged from."""
 
     def __init__(self, recipe, q, keys, values, k_cache, v_cache, block_table, ids, *, device):
         self.recipe, self.ids, self.device = recipe, ids, device
         self.keys, self.values = keys, values  # CPU, per sequence [L_b, Hkv, D*]
-        self.q, self.k_cache, self.v_cache = (t.to(device) for t in (q, k_cache, v_cache))
+        kv_columns = recipe.kv_heads * (recipe.head_dim + recipe.value_dim)
+        self.q = q_view(q.contiguous().to(device), recipe.q_layout, kv_columns, recipe.seed + 2)
+        self.k_cache, self.v_cache = cache_views(k_cache.to(device), v_cache.to(device), recipe.cache_layout)
         starts = [0, *itertools.accumulate(recipe.query_lens)]
         self.block_table = block_table.to(device)
         self.cu_seqlens_q = torch.tensor(starts, dtype=recipe.index_dtype, device=device)
@@ -151,8 +207,7 @@ class PagedBatch:
         mask = torch.zeros(self.k_cache.shape[0], bs, dtype=torch.bool)
         for b, row in enumerate(self.ids):
             stop = self.recipe.seq_lens[b] if stops is None else stops[b]
-            for p in range(self.first_visible(b, evict_window), stop):
-                mask[row[p // bs], p % bs] = True
+            mask[_slots(row, self.first_visible(b, evict_window), stop, bs)] = True
         return mask
 
     def poison(self, value: float, **which) -> PagedBatch:
@@ -167,9 +222,13 @@ class PagedBatch:
         return [slice(a, b) for a, b in zip(starts, starts[1:], strict=False)]
 
 
-def _sequence(draw, kind: str, block_size: int, query_budget: int) -> tuple[int, int]:
-    """(L_b, n_b) of one sequence: decode n = 1, prefill n = L, extend 1 < n < L."""
+def _sequence(draw, kind: str, block_size: int, query_budget: int, long: bool) -> tuple[int, int]:
+    """(L_b, n_b) of one sequence: decode n = 1, prefill n = L, extend 1 < n < L; ``long``: a decode or
+    extend of LONG_LEN keys (SERVE-LONG)."""
     max_len = min(MAX_LEN, 40 * block_size)  # at most 40 blocks per sequence
+    if long and kind != "prefill":
+        length = draw(st.integers(*LONG_LEN))
+        return length, 1 if kind == "decode" else draw(st.integers(2, min(LONG_QUERIES, query_budget)))
     if kind == "decode":
         length = draw(st.one_of(st.integers(1, 4), st.integers(1, max_len)))
         return length, 1
@@ -182,23 +241,34 @@ def _sequence(draw, kind: str, block_size: int, query_budget: int) -> tuple[int,
 
 @st.composite
 def serving_recipes(
-    draw, *, kinds=KINDS, layout=None, batch=None, dtypes=FLOAT_DTYPES, dims=SAME_DIMS, magnitudes=(1.0,)
-) -> ServingRecipe:
-    """A ragged paged batch: B 1..3 sequences of the given kinds (``layout``: exactly these kinds)."""
+    draw, *, kinds=KINDS, layout=None, batch=None, dtypes=FLOAT_DTYPES, dims=SAME_DIMS, magnitudes=(1.0,),
+    long=(False,), max_scale_ratio: float = 2.0, cache_layouts=CACHE_LAYOUTS,
+    q_layouts=Q_LAYOUTS,
+) -> ServingRecipe:  # fmt: skip
+    """A ragged paged batch: B 1..3 sequences of the given kinds (``layout``: exactly these kinds),
+    the softmax scale (ATTN-SCALE) and the cache and q layouts (SERVE-LAYOUT) drawn too.
+
+    ``long`` is sampled (its first entry is the simplest): a long draw gives every decode and extend
+    sequence LONG_LEN keys, with 1-2 kv heads of 4-8 dims (SERVE-LONG; ``SOME_LONG``: 1 in 8)."""
     if layout is None:
         size = batch or draw(st.integers(1, 3))
         layout = [draw(st.sampled_from(kinds)) for _ in range(size)]
-    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    is_long = draw(st.sampled_from(long)) and any(kind != "prefill" for kind in layout)
+    block_size = draw(st.sampled_from(LONG_BLOCK_SIZES if is_long else BLOCK_SIZES))
     budget = MAX_TOKENS // len(layout)
-    lengths, query_lens = zip(*(_sequence(draw, kind, block_size, budget) for kind in layout), strict=True)
+    lengths, query_lens = zip(
+        *(_sequence(draw, kind, block_size, budget, is_long) for kind in layout), strict=True
+    )
     shareable = min(lengths) // block_size if len(layout) > 1 else 0
+    if is_long:
+        dims = LONG_MIXED_DIMS if all(dqk != dv for dqk, dv in dims) else LONG_DIMS
     head_dim, value_dim = draw(st.sampled_from(dims))
     return ServingRecipe(
         seq_lens=tuple(lengths),
         query_lens=tuple(query_lens),
         block_size=block_size,
         kv_heads=draw(st.integers(1, 2)),
-        group=draw(st.sampled_from((1, 2, 4))),
+        group=draw(st.sampled_from((1, 2) if is_long else (1, 2, 4))),
         head_dim=head_dim,
         value_dim=value_dim,
         dtype=draw(st.sampled_from(dtypes)),
@@ -208,6 +278,9 @@ def serving_recipes(
         shared_prefix=draw(st.integers(0, shareable)) * block_size,
         index_dtype=draw(st.sampled_from((torch.int32, torch.int64))),
         magnitude=draw(st.sampled_from(magnitudes)),
+        softmax_scale=draw(softmax_scales(head_dim, max_ratio=max_scale_ratio)),
+        cache_layout=draw(st.sampled_from(cache_layouts)),
+        q_layout=draw(st.sampled_from(q_layouts)),
     )
 
 
