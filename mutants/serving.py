@@ -19,7 +19,11 @@ from mutants._paged_base import PagedNative as _PagedNative
 from reference.serving import validate_paged_args
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
-PROPERTIES = ["conformance.test_serving", "conformance.test_serving_inputs"]
+PROPERTIES = [
+    "conformance.test_serving",
+    "conformance.test_serving_inputs",
+    "conformance.test_serving_windows",
+]
 
 
 class PageSizeAssumed128(_PagedNative):

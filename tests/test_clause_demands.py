@@ -108,7 +108,7 @@ class FiaCausalModeWithWindow(FiaWindows):
 BACKEND = [FlashAttentionWindows(), FiaWindows(), FiaCausalModeWithWindow()]
 '''
 
-WINDOW_ARGS_PROPERTY = "conformance/test_serving.py::test_prefill_and_decode_keep_the_same_window"
+WINDOW_ARGS_PROPERTY = "conformance/test_serving_windows.py::test_prefill_and_decode_keep_the_same_window"
 WINDOW_CONV_PROPERTY = "conformance/test_masks.py::test_window_converter"
 
 
