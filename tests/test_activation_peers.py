@@ -4,93 +4,101 @@ their dtype through the suite's properties (ACT-TOL-ROUNDED), CANN's FastGelu as
 
 from __future__ import annotations
 
-from pathlib import Path
+import importlib
+import math
 
 import pytest
 import torch
-from suite_runner import run_suite
+from hypothesis import settings
 
+import conformance.profiles  # noqa: F401 - registers the opconform-* profiles
 from conformance.checks import ConformanceError, assert_close
 from reference import activations as oracle
 
+
 # ACT-TOL-ROUNDED: transformers' own activation code, run in x's dtype as written (every step
 # rounded), is a correct low-precision implementation: the suite's properties must pass it.
-TRANSFORMERS_PEERS = '''
-import functools
-import math
-
-import torch
-from transformers import GptOssConfig
-from transformers.activations import FastGELUActivation, NewGELUActivation, QuickGELUActivation
-from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
-
-
-@functools.cache
-def experts(alpha, limit):
-    """GptOssExperts reads alpha and limit from its config (transformers 5.x)."""
-    config = GptOssConfig(swiglu_alpha=alpha, swiglu_limit=limit, num_local_experts=1, hidden_size=2,
-                          intermediate_size=1, num_attention_heads=1, num_key_value_heads=1, head_dim=2,
-                          num_hidden_layers=1)
-    return GptOssExperts(config)
-
-
 class TransformersActivations:
+    """NewGELUActivation, FastGELUActivation, QuickGELUActivation and GptOssExperts._apply_gate,
+    called as a model calls them (GptOssExperts reads alpha and limit from its config)."""
+
     name = "transformers-activations"
 
+    def __init__(self):
+        from transformers import activations
+
+        self.modules = {
+            "new_gelu": activations.NewGELUActivation(),
+            "fast_gelu": activations.FastGELUActivation(),
+            "quick_gelu": activations.QuickGELUActivation(),
+        }
+        self.experts = {}
+
     def unavailable(self, device):
-        return None if device.type == "cpu" else "the peers run on cpu here"
+        return None
 
     def new_gelu(self, x):
-        return NewGELUActivation()(x)
+        return self.modules["new_gelu"](x)
 
     def fast_gelu(self, x):
-        return FastGELUActivation()(x)
+        return self.modules["fast_gelu"](x)
 
     def quick_gelu(self, x):
-        return QuickGELUActivation()(x)
+        return self.modules["quick_gelu"](x)
 
     def swiglu_oai_and_mul(self, x, *, alpha, limit, interleaved):
+        from transformers import GptOssConfig
+        from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
+
+        limit = math.inf if limit is None else limit  # clamp(max=inf) is no clamp
+        if (alpha, limit) not in self.experts:
+            config = GptOssConfig(swiglu_alpha=alpha, swiglu_limit=limit, num_local_experts=1, hidden_size=2,
+                                  intermediate_size=1, num_attention_heads=1, num_key_value_heads=1,
+                                  head_dim=2, num_hidden_layers=1)  # fmt: skip
+            self.experts[alpha, limit] = GptOssExperts(config)
         if not interleaved:  # the gpt-oss layer reads gate and up interleaved: interleave the halves
             x = torch.stack(x.tensor_split(2, dim=-1), dim=-1).flatten(-2)
-        return experts(alpha, math.inf if limit is None else limit)._apply_gate(x)
+        return self.experts[alpha, limit]._apply_gate(x)
 
 
-BACKEND = TransformersActivations()
-'''
-
-# The properties that compare these four ops with the oracles (elsewhere they are not implemented).
+PEER_OPS = ("new_gelu", "fast_gelu", "quick_gelu", "swiglu_oai_and_mul")
+# (module, property, ops it is called for): every property comparing these ops with the oracle.
 PEER_PROPERTIES = [
-    "conformance/test_activations_clamped.py::test_gelu_variant_matches_its_formula",
-    "conformance/test_activations_clamped.py::test_swiglu_oai_matches_oracle",
-    "conformance/test_activations_clamped.py::test_swiglu_oai_interleaved_is_deinterleaved_halves",
-    "conformance/test_activations_clamped.py::test_clamped_op_without_limit_does_not_clamp",
-    "conformance/test_activations.py::test_gated_nan_propagates",
-    "conformance/test_activations.py::test_gated_output_layout",
+    ("test_activations_clamped", "test_gelu_variant_matches_its_formula", PEER_OPS[:3]),
+    ("test_activations_clamped", "test_swiglu_oai_matches_oracle", (None,)),
+    ("test_activations_clamped", "test_swiglu_oai_interleaved_is_deinterleaved_halves", (None,)),
+    ("test_activations_clamped", "test_clamped_op_without_limit_does_not_clamp", PEER_OPS[3:]),
+    ("test_activations", "test_gated_nan_propagates", PEER_OPS),
+    ("test_activations", "test_gated_output_layout", PEER_OPS),
+]
+PEER_CASES = [
+    pytest.param(module, prop, op, id=f"{prop}-{op}" if op else prop)
+    for module, prop, ops in PEER_PROPERTIES
+    for op in ops
 ]
 
 
-def test_transformers_activations_conform_in_their_dtype(tmp_path):
-    """ACT-TOL-ROUNDED: NewGELUActivation, FastGELUActivation, QuickGELUActivation and
-    GptOssExperts._apply_gate in float32, float16 and bfloat16 pass ACT-GELU-VARIANTS,
-    ACT-SWIGLU-OAI(-LAYOUT), ACT-CLAMP-NO-DEFAULT, ACT-NAN and ACT-LAYOUT over the examples those
-    properties draw (the ci profile's). Under the two-rounding table alone they failed."""
+@pytest.fixture(scope="module")
+def transformers_peer():
     pytest.importorskip("transformers", reason="transformers (peers extra) is not installed")
-    (tmp_path / "transformers_activations.py").write_text(TRANSFORMERS_PEERS)
-    results = run_suite(
-        tmp_path,
-        paths=PEER_PROPERTIES,
-        modules=["transformers_activations"],
-        extra=["--device", "cpu"],
-        pythonpath=[tmp_path, Path(__file__).resolve().parent],
-    )
-    by_outcome: dict[str, list[str]] = {}
-    for case in results["results"]:
-        by_outcome.setdefault(case["outcome"], []).append(case["nodeid"].rsplit("::", 1)[-1])
-    assert set(by_outcome) <= {"passed", "not implemented"}, (by_outcome, results["stdout"][-4000:])
-    passed = " ".join(by_outcome["passed"])
-    for op in ("new_gelu", "fast_gelu", "quick_gelu", "swiglu_oai_and_mul"):
-        assert f"test_gated_nan_propagates[transformers-activations-cpu-{op}]" in passed, by_outcome
-    assert len(by_outcome["passed"]) == 3 + 1 + 1 + 1 + 4 + 4, by_outcome
+    return TransformersActivations()
+
+
+@pytest.mark.parametrize("module, prop, op", PEER_CASES)
+def test_transformers_activations_conform_in_their_dtype(transformers_peer, module, prop, op):
+    """ACT-TOL-ROUNDED: transformers' modules in float32, float16 and bfloat16 pass the suite's own
+    properties (ACT-GELU-VARIANTS, ACT-SWIGLU-OAI(-LAYOUT), ACT-CLAMP-NO-DEFAULT, ACT-NAN,
+    ACT-LAYOUT) over the examples those properties draw in the ci profile (derandomized: the
+    same function, so the same examples). Under the two-rounding table alone they failed."""
+    test = getattr(importlib.import_module(f"conformance.{module}"), prop)
+    # @given takes its settings when the module is imported (the plugin imports the suite's modules
+    # under the suite's profile); pin the ci profile's for this call and restore them after.
+    attached = test._hypothesis_internal_use_settings
+    test._hypothesis_internal_use_settings = settings.get_profile("opconform-ci")
+    try:
+        test(backend=transformers_peer, device=torch.device("cpu"), **({"op": op} if op else {}))
+    finally:
+        test._hypothesis_internal_use_settings = attached
 
 
 def _act_nan_failure(got: torch.Tensor, want: torch.Tensor) -> str:
