@@ -4,7 +4,10 @@ every op was called with (tests/test_argument_coverage.py; loaded with --backend
 Per op and argument (named by the protocol's signature, backends/protocols.py) it keeps the
 distinct *aspects* seen: ``value`` (a scalar's or option's value, ``<omitted>`` where a defaulted
 argument was left out, ``tensor`` for a tensor), and for tensors ``dtype`` and ``layout``
-(contiguous or strided). A ``**config`` op records each key as an argument. The record is
+(contiguous or strided). A ``**config`` op records each key as an argument. A float ``scale``
+beside a tensor ``q`` also records ``conventional``: whether it is 1/sqrt(q's last dim), so a suite
+that only ever passes the conventional scale (a kernel ignoring the passed one would conform) is
+found although the value itself varies with the head dim. The record is
 written as JSON to ``$OPCONFORM_RECORD`` when the process exits.
 """
 
@@ -14,6 +17,7 @@ import atexit
 import functools
 import inspect
 import json
+import math
 import os
 from collections import defaultdict
 
@@ -70,6 +74,9 @@ def note(op: str, signature: inspect.Signature, args: tuple, kwargs: dict) -> No
                 RECORD[op][name][aspect].add(seen)
         else:
             RECORD[op][name]["value"].add(OMITTED)
+    scale, q = bound.arguments.get("scale"), bound.arguments.get("q")
+    if isinstance(scale, float) and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
+        RECORD[op]["scale"]["conventional"].add(str(math.isclose(scale, q.shape[-1] ** -0.5, rel_tol=1e-9)))
 
 
 def _recording(op: str, method):

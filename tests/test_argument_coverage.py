@@ -5,9 +5,11 @@ recording every call), in the ci profile's derandomized examples (5 per property
 constant arguments as 10 and 30, measured). For every op of ``backends.OPS`` and every argument
 of its protocol signature, each aspect must take at least two distinct values across the suite:
 a scalar's or option's value (being omitted counts as a value), a tensor's dtype and its layout
-(contiguous or strided). An argument always a tensor has no value aspect. ``HOLDOUTS`` lists the
-known exceptions, each with its reason; the table must equal what the run finds, so a new
-constant argument fails, and so does a holdout once fixed (remove its row).
+(contiguous or strided), and for an attention ``scale`` whether it is the conventional
+1/sqrt(D) (a kernel ignoring the passed scale conformed while only that was drawn). An argument
+always a tensor has no value aspect. ``HOLDOUTS`` lists the known exceptions, each with its
+reason; the table must equal what the run finds, so a new constant argument fails, and so does
+a holdout once fixed (remove its row).
 """
 
 from __future__ import annotations
