@@ -69,6 +69,9 @@ def test_prefill_matches_oracle(backend, device, data, recipe, padding):
     q, k, v = recipe.make(device)
     scale = recipe.attention_scale
     on_device = None if padding_mask is None else padding_mask.to(device)
+    # MASK-ENC: a padding mask of 0/1 integers (the tokenizer's attention_mask) means the same
+    if on_device is not None and data.draw(st.booleans(), label="int64 padding mask"):
+        on_device = on_device.long()
     out = backend.prefill_attention(
         q, k, v, sliding_window=sliding_window, padding_mask=on_device, scale=scale
     )
@@ -266,6 +269,9 @@ def test_prefill_nan_reaches_exactly_the_rows_that_see_it(backend, device, data,
     q, k, v = put_nan(clean, site)
     scale = oracle.default_scale(recipe.head_dim)
     on_device = None if padding_mask is None else padding_mask.to(device)
+    # MASK-ENC: a padding mask of 0/1 integers (the tokenizer's attention_mask) means the same
+    if on_device is not None and data.draw(st.booleans(), label="int64 padding mask"):
+        on_device = on_device.long()
     out = backend.prefill_attention(
         q, k, v, sliding_window=sliding_window, padding_mask=on_device, scale=scale
     )

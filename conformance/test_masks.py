@@ -66,11 +66,14 @@ def test_encoder_mask_matches_oracle(backend, device, case):
 @pytest.mark.op("encoder_attention_mask")
 @given(case=mask_cases(max_seq_len=64, paddings=("right", "left", "holes")), strided=st.booleans())
 def test_encoder_mask_accepts_integer_padding(backend, device, case, strided):
-    """A 0/1 int64 padding mask, contiguous or a strided view, gives the same mask as its bool form."""
+    """A 0/1 int64 padding mask, contiguous or a strided view, gives the same mask as its bool form
+    (device given, or omitted: then the padding mask's)."""
     padding_mask = case.padding_mask().to(device)
     given_mask = strided_copy(padding_mask.long()) if strided else padding_mask.long()
+    # device omitted every other draw: MASK-ENC's default is the padding mask's device
+    where = {"device": device} if strided else {}
     got = backend.encoder_attention_mask(
-        case.seq_len, sliding_window=case.sliding_window, padding_mask=given_mask, device=device
+        case.seq_len, sliding_window=case.sliding_window, padding_mask=given_mask, **where
     )
     want = oracle.encoder_attention_mask(
         case.seq_len, sliding_window=case.sliding_window, padding_mask=padding_mask

@@ -121,7 +121,9 @@ def windows_inside(draw, recipe: AttentionRecipe) -> int:
 
 @st.composite
 def decode_lengths(draw, batch: int, kv_len: int) -> torch.Tensor:
-    """[B] sequence lengths in 1..kv_len, kv_len itself often."""
+    """[B] sequence lengths in 1..kv_len, kv_len itself often; int64 or int32 (ATTN-DECODE: any
+    integer dtype; serving metadata is int32)."""
     return torch.tensor(
-        draw(st.lists(st.one_of(st.just(kv_len), st.integers(1, kv_len)), min_size=batch, max_size=batch))
+        draw(st.lists(st.one_of(st.just(kv_len), st.integers(1, kv_len)), min_size=batch, max_size=batch)),
+        dtype=draw(st.sampled_from((torch.int64, torch.int32))),
     )

@@ -76,4 +76,5 @@ def decode_mask_cases(draw, *, max_kv_len: int = 300) -> tuple[torch.Tensor, int
         st.lists(st.one_of(st.just(1), st.just(kv_len), st.integers(1, kv_len)), min_size=1, max_size=4)
     )
     window = draw(st.one_of(st.sampled_from(sorted({1, kv_len, kv_len + 1})), st.integers(1, kv_len + 2)))
-    return torch.tensor(lengths, dtype=torch.int64), kv_len, window
+    # MASK-SWA-DECODE: any integer dtype (serving metadata is int32)
+    return torch.tensor(lengths, dtype=draw(st.sampled_from((torch.int64, torch.int32)))), kv_len, window
