@@ -169,7 +169,8 @@ def test_npu_gelu_variant_args():
 
 def test_emulated_npu_fast_gelu_is_quick_gelu_not_fast_gelu():
     """spec/ascend.md CANN-FAST-GELU: the emulated npu_fast_gelu equals both documented formulas,
-    i.e. QuickGELU (one float32 rounding), and is up to 0.021 away from transformers' tanh FastGELU."""
+    i.e. QuickGELU (one float32 rounding), and is up to 0.021 away from transformers' tanh FastGELU;
+    CANN-GELU: npu_gelu is the erf GELU by default and the tanh GELU with approximate="tanh"."""
     from backends.npu_emulator import npu_fast_gelu, npu_gelu
 
     x = torch.linspace(-10, 10, 20001, dtype=torch.float64).float()
@@ -186,4 +187,7 @@ def test_emulated_npu_fast_gelu_is_quick_gelu_not_fast_gelu():
         rtol=1e-6,
         atol=2e-7,  # float32 1 + tanh is 0 below x = -5: exact 1.5e-7
     )
+    erf_gelu = 0.5 * v * (1 + torch.erf(v / math.sqrt(2)))
+    # float32 x * (1 + erf) cancels for x < -4: an absolute error of |x| ulps of 1 (measured 1.0e-6)
+    torch.testing.assert_close(npu_gelu(x).double(), erf_gelu, rtol=1e-6, atol=2e-6)
     assert npu_fast_gelu(x.half()).dtype == torch.float16
