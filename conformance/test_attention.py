@@ -59,6 +59,15 @@ def test_attention_matches_oracle(backend, device, recipe):
     compare(out, want, v, clause="ATTN", context=describe(backend, device, "attention", recipe=recipe))
 
 
+def padding_argument(padding_mask, device, data):
+    """The padding mask as prefill_attention gets it: bool, or drawn as 0/1 int64 (MASK-ENC: the
+    tokenizer's attention_mask means the same)."""
+    if padding_mask is None:
+        return None
+    on_device = padding_mask.to(device)
+    return on_device.long() if data.draw(st.booleans(), label="int64 padding mask") else on_device
+
+
 @pytest.mark.clause("ATTN-PREFILL")
 @pytest.mark.op("prefill_attention")
 @given(data=st.data(), recipe=attention_recipes(), padding=st.sampled_from(PADDING_PATTERNS))
@@ -68,10 +77,7 @@ def test_prefill_matches_oracle(backend, device, data, recipe, padding):
     padding_mask = make_padding_mask(padding, recipe.batch, recipe.kv_len, recipe.seed)
     q, k, v = recipe.make(device)
     scale = recipe.attention_scale
-    on_device = None if padding_mask is None else padding_mask.to(device)
-    # MASK-ENC: a padding mask of 0/1 integers (the tokenizer's attention_mask) means the same
-    if on_device is not None and data.draw(st.booleans(), label="int64 padding mask"):
-        on_device = on_device.long()
+    on_device = padding_argument(padding_mask, device, data)
     out = backend.prefill_attention(
         q, k, v, sliding_window=sliding_window, padding_mask=on_device, scale=scale
     )
@@ -268,10 +274,7 @@ def test_prefill_nan_reaches_exactly_the_rows_that_see_it(backend, device, data,
     clean = recipe.make(device)
     q, k, v = put_nan(clean, site)
     scale = oracle.default_scale(recipe.head_dim)
-    on_device = None if padding_mask is None else padding_mask.to(device)
-    # MASK-ENC: a padding mask of 0/1 integers (the tokenizer's attention_mask) means the same
-    if on_device is not None and data.draw(st.booleans(), label="int64 padding mask"):
-        on_device = on_device.long()
+    on_device = padding_argument(padding_mask, device, data)
     out = backend.prefill_attention(
         q, k, v, sliding_window=sliding_window, padding_mask=on_device, scale=scale
     )
