@@ -13,6 +13,7 @@ import backends
 from conformance.checks import assert_close, check_raises, describe
 from conformance.error_cases import ATTENTION_ERRORS, check_backend_raises, params
 from conformance.strategies.attention import attention_recipes, decode_lengths, softmax_scales, windows_inside
+from conformance.strategies.common import strided_view
 from conformance.strategies.masks import PADDING_PATTERNS, make_padding_mask, windows
 from conformance.strategies.nan import excused_rows, nan_sites, put_nan
 from conformance.tolerances import value_scale
@@ -37,13 +38,20 @@ def compare(out, want, v, *, clause, context, rows=None, valid_keys=None):
     )
 
 
-def random_allowed(batch, q_len, kv_len, seed, device):
-    """[B, 1, Sq, Sk] bool with about 60% allowed; row 0 of batch 0 is empty when seed is even."""
+def random_allowed(batch, q_len, kv_len, seed, device, *, strided=False):
+    """[B, 1, Sq, Sk] bool with about 60% allowed; row 0 of batch 0 is empty when seed is even;
+    ``strided``: a view (metadata may have any strides, as q, k, v may)."""
     gen = torch.Generator().manual_seed(seed)
     allowed = torch.rand(batch, 1, q_len, kv_len, generator=gen) < 0.6
     if seed % 2 == 0:
         allowed[0, 0, 0] = False
-    return allowed.to(device)
+    return strided_view(allowed.to(device)) if strided else allowed.to(device)
+
+
+def lengths_argument(seq_lens, recipe, device):
+    """decode's seq_lens on ``device``, a strided view in the recipe's "views" examples."""
+    on_device = seq_lens.to(device)
+    return strided_view(on_device) if recipe.layout == "views" else on_device
 
 
 @pytest.mark.clause("ATTN")
@@ -52,20 +60,23 @@ def random_allowed(batch, q_len, kv_len, seed, device):
 def test_attention_matches_oracle(backend, device, recipe):
     """attention with an arbitrary bool mask matches ATTN; rows with no allowed key are zeros."""
     q, k, v = recipe.make(device)
-    allowed = random_allowed(recipe.batch, recipe.q_len, recipe.kv_len, recipe.seed, device)
+    allowed = random_allowed(
+        recipe.batch, recipe.q_len, recipe.kv_len, recipe.seed, device, strided=recipe.layout == "views"
+    )
     scale = recipe.attention_scale
     out = backend.attention(q, k, v, allowed=allowed, scale=scale)
     want = oracle.attention(q.cpu(), k.cpu(), v.cpu(), allowed=allowed.cpu(), scale=scale)
     compare(out, want, v, clause="ATTN", context=describe(backend, device, "attention", recipe=recipe))
 
 
-def padding_argument(padding_mask, device, data):
+def padding_argument(padding_mask, device, data, recipe):
     """The padding mask as prefill_attention gets it: bool, or drawn as 0/1 int64 (MASK-ENC: the
-    tokenizer's attention_mask means the same)."""
+    tokenizer's attention_mask means the same); a strided view in the recipe's "views" examples."""
     if padding_mask is None:
         return None
     on_device = padding_mask.to(device)
-    return on_device.long() if data.draw(st.booleans(), label="int64 padding mask") else on_device
+    on_device = on_device.long() if data.draw(st.booleans(), label="int64 padding mask") else on_device
+    return strided_view(on_device) if recipe.layout == "views" else on_device
 
 
 @pytest.mark.clause("ATTN-PREFILL")
@@ -77,7 +88,7 @@ def test_prefill_matches_oracle(backend, device, data, recipe, padding):
     padding_mask = make_padding_mask(padding, recipe.batch, recipe.kv_len, recipe.seed)
     q, k, v = recipe.make(device)
     scale = recipe.attention_scale
-    on_device = padding_argument(padding_mask, device, data)
+    on_device = padding_argument(padding_mask, device, data, recipe)
     out = backend.prefill_attention(
         q, k, v, sliding_window=sliding_window, padding_mask=on_device, scale=scale
     )
@@ -134,8 +145,9 @@ def test_decode_matches_oracle(backend, device, data, recipe, poison):
     k_cache, v_cache = recipe.laid_out(*(poison_stale_rows(t, seq_lens, poison) for t in (k, v)))
     scale = recipe.attention_scale
     out = backend.decode_attention(
-        q, k_cache, v_cache, seq_lens.to(device), sliding_window=sliding_window, scale=scale
-    )
+        q, k_cache, v_cache, lengths_argument(seq_lens, recipe, device), sliding_window=sliding_window,
+        scale=scale,
+    )  # fmt: skip
     want = oracle.decode_attention(
         q.cpu(), k_cache.cpu(), v_cache.cpu(), seq_lens, sliding_window=sliding_window, scale=scale
     )
@@ -274,7 +286,7 @@ def test_prefill_nan_reaches_exactly_the_rows_that_see_it(backend, device, data,
     clean = recipe.make(device)
     q, k, v = put_nan(clean, site)
     scale = oracle.default_scale(recipe.head_dim)
-    on_device = padding_argument(padding_mask, device, data)
+    on_device = padding_argument(padding_mask, device, data, recipe)
     out = backend.prefill_attention(
         q, k, v, sliding_window=sliding_window, padding_mask=on_device, scale=scale
     )
@@ -310,7 +322,9 @@ def test_decode_nan_reaches_exactly_the_rows_that_see_it(backend, device, data, 
     q, k, v = put_nan(clean, site)
     k, v = (poison_stale_rows(t, seq_lens, float("nan")) for t in (k, v))
     scale = oracle.default_scale(recipe.head_dim)
-    out = backend.decode_attention(q, k, v, seq_lens.to(device), sliding_window=sliding_window, scale=scale)
+    out = backend.decode_attention(
+        q, k, v, lengths_argument(seq_lens, recipe, device), sliding_window=sliding_window, scale=scale
+    )
     want = oracle.decode_attention(
         q.cpu(), k.cpu(), v.cpu(), seq_lens, sliding_window=sliding_window, scale=scale
     )

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from conformance.checks import check, describe
 from conformance.error_cases import MASK_ERRORS, check_backend_raises, params
+from conformance.strategies.common import strided_view
 from conformance.strategies.masks import decode_mask_cases, mask_cases
 from reference import masks as oracle
 
@@ -17,12 +18,6 @@ def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
     where = tuple(int(i) for i in (got.cpu() != want.cpu()).nonzero()[0])
     count = int((got.cpu() != want.cpu()).sum())
     return f"{count} entries differ; first at {where}: got {bool(got.cpu()[where])}"
-
-
-def strided_copy(t: torch.Tensor) -> torch.Tensor:
-    """The same values as a non-contiguous view: every other element of a buffer twice as long
-    in the last dim (MASK-ENC, MASK-SWA-DECODE: inputs may have any strides)."""
-    return torch.stack([t, torch.zeros_like(t)], dim=-1)[..., 0]
 
 
 def check_mask(got, want: torch.Tensor, *, device, clause: str, context: str) -> None:
@@ -69,7 +64,7 @@ def test_encoder_mask_accepts_integer_padding(backend, device, case, strided):
     """A 0/1 int64 padding mask, contiguous or a strided view, gives the same mask as its bool form
     (device given, or omitted: then the padding mask's)."""
     padding_mask = case.padding_mask().to(device)
-    given_mask = strided_copy(padding_mask.long()) if strided else padding_mask.long()
+    given_mask = strided_view(padding_mask.long()) if strided else padding_mask.long()
     # device omitted every other draw: MASK-ENC's default is the padding mask's device
     where = {"device": device} if strided else {}
     got = backend.encoder_attention_mask(
@@ -90,7 +85,7 @@ def test_encoder_mask_accepts_integer_padding(backend, device, case, strided):
 def test_swa_decode_mask_matches_oracle(backend, device, case, strided):
     """The decode mask equals MASK-SWA-DECODE exactly (True = masked out), seq_lens contiguous or a view."""
     seq_lens, kv_len, window = case
-    given_lens = strided_copy(seq_lens.to(device)) if strided else seq_lens.to(device)
+    given_lens = strided_view(seq_lens.to(device)) if strided else seq_lens.to(device)
     got = backend.swa_decode_mask(given_lens, kv_len, window=window)
     want = oracle.swa_decode_mask(seq_lens, kv_len, window=window)
     context = describe(

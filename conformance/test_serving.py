@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from conformance.checks import assert_close, describe
 from conformance.error_cases import check_backend_raises, params
 from conformance.serving_errors import SERVING_ERRORS
+from conformance.strategies.common import strided_view
 from conformance.strategies.nan import compared_serving_rows, serving_nan_sites
 from conformance.strategies.serving import (
     MIXED_DIMS,
@@ -40,10 +41,14 @@ def options(recipe, *, sliding_window=None, softcap=None, sinks=None) -> dict:
 
 
 def run(impl, batch, opts: dict, device=None):
-    """``impl.paged_attention`` on ``batch`` (sinks moved to ``device``, the batch's by default)."""
+    """``impl.paged_attention`` on ``batch`` (sinks moved to ``device``, the batch's by default, and a
+    strided view there when the batch's metadata are: SERVE-LAYOUT)."""
     args, meta = batch.args()
     sinks = opts["sinks"]
-    moved = {**opts, "sinks": None if sinks is None else sinks.to(device or batch.device)}
+    if sinks is not None:
+        sinks = sinks.to(device or batch.device)
+        sinks = strided_view(sinks) if batch.recipe.metadata_layout == "views" else sinks
+    moved = {**opts, "sinks": sinks}
     return impl.paged_attention(*args, **meta, **moved)
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from conformance.strategies.serving import (
     CACHE_LAYOUTS,
+    METADATA_LAYOUTS,
     POISONS,
     Q_LAYOUTS,
     serving_recipes,
@@ -43,13 +44,18 @@ def test_long_sequences_match_oracle(backend, device, data, recipe, poison):
 @given(
     data=st.data(),
     recipe=serving_recipes(
-        batch=1, dims=SMALL_DIMS, cache_layouts=CACHE_LAYOUTS[1:], q_layouts=Q_LAYOUTS[1:]
+        batch=1,
+        dims=SMALL_DIMS,
+        cache_layouts=CACHE_LAYOUTS[1:],
+        q_layouts=Q_LAYOUTS[1:],
+        metadata_layouts=METADATA_LAYOUTS[1:],
     ),
 )
 def test_views_are_read_through_their_strides(backend, device, data, recipe):
     """q a slice of a fused qkv projection, the caches the halves of one [num_blocks, 2, ...] buffer
-    or an HND cache's transpose: the output is the oracle's on the same values. (Dv != Dqk, whose
-    caches are the column ranges of one buffer, is drawn by SERVE-HEAD-DIMS.)"""
+    or an HND cache's transpose, the metadata strided: the output is the oracle's on the same
+    values. (Dv != Dqk, whose caches are the column ranges of one buffer, is drawn by
+    SERVE-HEAD-DIMS.)"""
     window = data.draw(windows(recipe), label="sliding_window")
     check_oracle(backend, device, recipe, clause="SERVE-LAYOUT", sliding_window=window)
 

@@ -20,6 +20,7 @@ import json
 import math
 import os
 from collections import defaultdict
+from collections.abc import Mapping
 
 import torch
 from hypothesis import settings
@@ -46,7 +47,10 @@ RECORD: dict[str, dict[str, dict[str, set[str]]]] = defaultdict(lambda: defaultd
 
 
 def describe(value) -> dict[str, str]:
-    """The aspects of one argument value."""
+    """The aspects of one argument value; a config (a mapping or an object with attributes) also
+    records ``fields``, the names it carries (the second rule of the argument coverage test)."""
+    if isinstance(value, Mapping):
+        return {"value": f"dict:{sorted(map(str, value))}", "fields": ",".join(sorted(map(str, value)))}
     if isinstance(value, torch.Tensor):
         layout = "contiguous" if value.is_contiguous() else "strided"
         return {"value": "tensor", "dtype": str(value.dtype), "layout": layout}
@@ -54,9 +58,10 @@ def describe(value) -> dict[str, str]:
         return {"value": f"{type(value).__name__}:{value!r}"}
     if isinstance(value, (list, tuple)):
         return {"value": f"{type(value).__name__}:{value!r}"[:120]}
-    return {
-        "value": f"{type(value).__name__}:{sorted(vars(value)) if hasattr(value, '__dict__') else value!r}"
-    }
+    if hasattr(value, "__dict__"):
+        fields = sorted(vars(value))
+        return {"value": f"{type(value).__name__}:{fields}", "fields": ",".join(fields)}
+    return {"value": f"{type(value).__name__}:{value!r}"}
 
 
 def note(op: str, signature: inspect.Signature, args: tuple, kwargs: dict) -> None:

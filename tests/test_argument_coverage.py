@@ -25,21 +25,21 @@ from suite_runner import REPO, produced_once
 
 from backends.protocols import OPS
 
-# (op, argument, aspect) -> why it is constant today; "*"/"called": no built-in backend has the op.
-_METADATA = "always contiguous: metadata, a mask or decode's one-token q, built fresh (no view drawn yet)"
+# (op, argument, aspect) -> why it is constant today; "*"/"called": no built-in backend has the op
+# (WINDOW-CONV parametrizes its sliding_window over None and five windows for whoever has it).
 HOLDOUTS: dict[tuple[str, str, str], str] = {
     ("flash_attention_window", "*", "called"): "no built-in backend implements it: nothing to record",
-    **{
-        (op, arg, "layout"): _METADATA
-        for op, args in {
-            "attention": ("allowed",),
-            "prefill_attention": ("padding_mask",),
-            "decode_attention": ("q", "seq_lens"),
-            "paged_attention": ("block_table", "cu_seqlens_q", "seq_lens", "sinks"),
-        }.items()
-        for arg in args
-    },
 }
+# The second rule: a config-reading op's properties pass configs that leave out each optional field
+# (a wrapper's own default is where it goes wrong). (op, argument) -> (the clause naming the field's
+# default, the optional fields); dpm_scheduler's keywords are all optional (DPM-CONSTRUCT).
+CONFIG_FIELDS = {
+    ("layer_windows", "config"): (
+        "SERVE-LAYER-WINDOWS",
+        ("layer_types", "use_sliding_window", "sliding_window_pattern", "max_window_layers"),
+    ),
+    ("swiglu_limit", "config"): ("ACT-LIMIT-CONFIG", ("swiglu_limits", "swiglu_limits_shared")),
+}  # fmt: skip
 
 
 def constant_aspects(record: dict, ops) -> set[tuple[str, str, str]]:
@@ -81,6 +81,56 @@ def test_no_op_argument_is_constant_across_the_suite(tmp_path_factory):
     fixed = sorted(set(HOLDOUTS) - found)
     assert not new, f"held constant by every property that calls the op (vary them, spec/README.md): {new}"
     assert not fixed, f"no longer constant: remove from HOLDOUTS: {fixed}"
+
+
+def fields_never_omitted(record: dict) -> set[tuple[str, str]]:
+    """(op, field) for every optional config field (CONFIG_FIELDS, and every DPM-CONFIG keyword of
+    dpm_scheduler) that no recorded call left out."""
+    from conformance.strategies.scheduler import DEFAULT_CONFIG
+
+    found = set()
+    for (op, argument), (_, fields) in CONFIG_FIELDS.items():
+        carried = [set(seen.split(",")) for seen in record.get(op, {}).get(argument, {}).get("fields", [])]
+        found |= {(op, field) for field in fields if all(field in names for names in carried)}
+    scheduler = record.get("dpm_scheduler", {})
+    return found | {
+        ("dpm_scheduler", key)
+        for key in DEFAULT_CONFIG
+        if "<omitted>" not in scheduler.get(key, {}).get("value", ["<omitted>"])
+    }
+
+
+def test_every_optional_config_field_is_left_out_somewhere(tmp_path_factory):
+    """Each optional field of a config-reading op is missing from some call, and each is named in
+    the clause that gives its default."""
+    from conformance import spec_index
+
+    clauses = spec_index.load_clauses()
+    for (op, _), (clause_id, fields) in CONFIG_FIELDS.items():
+        clause = clauses[clause_id]
+        text = (spec_index.spec_dir() / clause.file).read_text().split(f"### {clause_id}:", 1)[1]
+        text = text.split("\n### ", 1)[0]
+        assert all(field in text for field in fields), (op, clause_id, fields)
+    record = produced_once(tmp_path_factory, "opconform-argument-record", _record)
+    assert not fields_never_omitted(record), (
+        f"never left out (draw configs without them): {fields_never_omitted(record)}"
+    )
+
+
+def test_a_field_never_left_out_is_found():
+    """A fake recording: a config that always carries use_sliding_window, a scheduler key always
+    given; fields some call lacks, and scheduler keys never given, are not reported."""
+    record = {
+        "layer_windows": {"config": {"fields": ["layer_types,model_type,use_sliding_window",
+                                                "max_window_layers,model_type,sliding_window_pattern,use_sliding_window"]}},
+        "swiglu_limit": {"config": {"fields": ["swiglu_limits", "swiglu_limits_shared"]}},
+        "dpm_scheduler": {"beta_start": {"value": ["<omitted>", "float:0.0001"]},
+                          "solver_order": {"value": ["int:2"]}},
+    }  # fmt: skip
+    assert fields_never_omitted(record) == {
+        ("layer_windows", "use_sliding_window"),
+        ("dpm_scheduler", "solver_order"),
+    }
 
 
 def test_a_constant_argument_is_found():

@@ -37,12 +37,14 @@ def softmax_scales(head_dim: int, *, max_ratio: float = 2.0):
 def bshd_views(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The same values as views: [B, H_i, S, D] tensors of one S become the transposed head slices of
     one [B, S, sum H_i, D] buffer (q, k, v of a fused qkv projection, as HF models hand them to
-    attention); tensors of different lengths each become the transpose of its own [B, S, H, D]."""
+    attention); tensors of different lengths (decode's one-token q beside the cache) each become
+    the transposed leading heads of its own [B, S, H + 1, D] buffer (a slice of a wider projection)."""
     if len({t.shape[2] for t in tensors}) == 1 and len({t.shape[3] for t in tensors}) == 1:
         fused = torch.cat([t.transpose(1, 2) for t in tensors], dim=2)
         parts = fused.split([t.shape[1] for t in tensors], dim=2)
     else:
-        parts = [t.transpose(1, 2).contiguous() for t in tensors]
+        wider = [torch.cat([t, t[:, :1]], dim=1).transpose(1, 2) for t in tensors]
+        parts = [w[:, :, : t.shape[1]] for w, t in zip(wider, tensors, strict=True)]
     return tuple(part.transpose(1, 2) for part in parts)
 
 

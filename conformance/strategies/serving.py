@@ -18,7 +18,7 @@ import torch
 from hypothesis import strategies as st
 
 from conformance.strategies.attention import softmax_scales
-from conformance.strategies.common import FLOAT_DTYPES, seeds
+from conformance.strategies.common import FLOAT_DTYPES, row_strided_view, seeds, strided_view
 
 BLOCK_SIZES = (1, 2, 3, 5, 8, 16, 128)
 SAME_DIMS = ((16, 16), (32, 32), (64, 64), (128, 128))
@@ -34,6 +34,9 @@ POISONS = ("nan", "huge")
 # qkv projection ([T, (Hq + Hkv) Dqk + Hkv Dv]).
 CACHE_LAYOUTS = ("separate", "kv-fused", "hnd")
 Q_LAYOUTS = ("separate", "fused-qkv")
+# SERVE-LAYOUT: block_table as the leading columns of a wider table, cu_seqlens_q and seq_lens (and
+# a property's sinks) as every other element of a buffer; or all fresh.
+METADATA_LAYOUTS = ("contiguous", "views")
 # SERVE-LONG: sequences past two 512-key split-KV partitions, at small heads and head dims.
 LONG_LEN = (1025, 4608)
 LONG_BLOCK_SIZES = (1, 16, 128, 256)
@@ -72,6 +75,7 @@ class ServingRecipe:
     softmax_scale: float | None = None  # ATTN-SCALE: the scale passed; None: 1/sqrt(Dqk)
     cache_layout: str = "separate"  # CACHE_LAYOUTS
     q_layout: str = "separate"  # Q_LAYOUTS
+    metadata_layout: str = "contiguous"  # METADATA_LAYOUTS
 
     @property
     def attention_scale(self) -> float:
@@ -178,6 +182,9 @@ class PagedBatch:
         self.block_table = block_table.to(device)
         self.cu_seqlens_q = torch.tensor(starts, dtype=recipe.index_dtype, device=device)
         self.seq_lens = torch.tensor(recipe.seq_lens, dtype=recipe.index_dtype, device=device)
+        if recipe.metadata_layout == "views":  # made on the device: a moved view is contiguous
+            self.block_table = row_strided_view(self.block_table)
+            self.cu_seqlens_q, self.seq_lens = strided_view(self.cu_seqlens_q), strided_view(self.seq_lens)
 
     def args(self) -> tuple[tuple, dict]:
         """(q, k_cache, v_cache) and the metadata keywords of paged_attention."""
@@ -243,7 +250,7 @@ def _sequence(draw, kind: str, block_size: int, query_budget: int, long: bool) -
 def serving_recipes(
     draw, *, kinds=KINDS, layout=None, batch=None, dtypes=FLOAT_DTYPES, dims=SAME_DIMS, magnitudes=(1.0,),
     long=(False,), max_scale_ratio: float = 2.0, cache_layouts=CACHE_LAYOUTS,
-    q_layouts=Q_LAYOUTS,
+    q_layouts=Q_LAYOUTS, metadata_layouts=METADATA_LAYOUTS,
 ) -> ServingRecipe:  # fmt: skip
     """A ragged paged batch: B 1..3 sequences of the given kinds (``layout``: exactly these kinds),
     the softmax scale (ATTN-SCALE) and the cache and q layouts (SERVE-LAYOUT) drawn too.
@@ -281,6 +288,7 @@ def serving_recipes(
         softmax_scale=draw(softmax_scales(head_dim, max_ratio=max_scale_ratio)),
         cache_layout=draw(st.sampled_from(cache_layouts)),
         q_layout=draw(st.sampled_from(q_layouts)),
+        metadata_layout=draw(st.sampled_from(metadata_layouts)),  # drawn last: earlier draws unchanged
     )
 
 
