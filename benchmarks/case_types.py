@@ -16,6 +16,7 @@ FAMILIES: dict[str, str] = {
     "attention": "reference.attention",
     "scheduler": "reference.scheduler",
     "serving": "reference.serving",
+    "norms": "reference.norms",
 }
 
 SHAPE_SETS = ("full", "quick")

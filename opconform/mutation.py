@@ -25,8 +25,26 @@ from pathlib import Path
 from conformance import results
 from conformance.profiles import SHORT_NAMES as SHORT_PROFILES
 from conformance.results import Outcome
+from opconform.commands import pytest_usage_line
 
 SCHEMA_VERSION = 1
+PYTEST_USAGE_ERROR = 4
+
+
+class BatchError(RuntimeError):
+    """A batch's pytest wrote no results (it crashed): its exit status and the tail of its output."""
+
+
+class PytestUsageError(BatchError):
+    """pytest refused the arguments (exit 4: an unknown option, profile or path): its one line."""
+
+
+def _no_results(what: str, proc: subprocess.CompletedProcess) -> BatchError:
+    line = pytest_usage_line(proc.stderr) if proc.returncode == PYTEST_USAGE_ERROR else None
+    if line:
+        return PytestUsageError(f"pytest arguments: {line}")
+    return BatchError(f"{what}: pytest wrote no results (exit {proc.returncode}):\n"
+                      f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")  # fmt: skip
 
 
 @dataclass
@@ -63,10 +81,7 @@ def run_batch(module_name: str, *, profile: str, workdir: Path, extra: list[str]
     started = time.monotonic()
     proc = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
     if not report.exists():
-        raise RuntimeError(
-            f"{module_name}: pytest wrote no results (exit {proc.returncode}):\n"
-            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        )
+        raise _no_results(module_name, proc)
     document = results.load(report)
     document.meta["wall_seconds"] = round(time.monotonic() - started, 2)
     return document
@@ -112,9 +127,7 @@ def false_alarm_sweep(seeds: int, *, workdir: Path, workers: str, extra: list[st
         started = time.monotonic()
         proc = subprocess.run(command, capture_output=True, text=True, cwd=workdir)
         if not report.exists():
-            raise RuntimeError(
-                f"seed {seed}: pytest wrote no results (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
-            )
+            raise _no_results(f"seed {seed}", proc)
         cases = results.load(report).results
         failed = [c.nodeid for c in cases if c.outcome == Outcome.FAILED]
         failures += [{"seed": seed, "nodeid": nodeid} for nodeid in failed]

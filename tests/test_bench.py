@@ -26,6 +26,7 @@ RESULT_FIELDS = {
     "peer",
     "params",
     "time_is_absolute",
+    "ratio_to_oracle",
     "ratio_to_native",
     "ratio_to_peer",
 }
@@ -42,6 +43,8 @@ TOP_FIELDS = {
     "baseline",
     "memory_methods",
     "duration_s",
+    "absent_devices",
+    "warnings",
     "cases",
     "results",
     "targets",
@@ -122,16 +125,15 @@ def test_missing_family_is_a_skip_with_reason(monkeypatch):
     assert status == "skipped" and "missing_module" in reason
 
 
-def test_absent_device_is_a_skip_row():
-    """Asking for a device that is not present gives skipped rows naming the device."""
+def test_absent_device_is_recorded_not_a_row_per_case():
+    """A requested device that is not present is named once under absent_devices (it was one
+    skip row per case and implementation, 90 for --quick), and no row is measured on it."""
     if absent_reason("npu") is None:
         pytest.skip("an NPU is present here")
     document = bench.run_bench(
         shape_set="quick", case_patterns=["gelu_and_mul"], backend_names=["native"], devices=["npu"]
     )
-    assert document["results"] and all(
-        r["status"] == "skipped" and "npu" in r["reason"] for r in document["results"]
-    )
+    assert document["results"] == [] and list(document["absent_devices"]) == ["npu"]
 
 
 @pytest.mark.parametrize(
@@ -186,3 +188,70 @@ def test_serving_cases_are_valid_paged_calls():
         meta = validate_paged_args(*args, **kwargs)
         assert meta.block_size == case.params["block_size"]
         torch.testing.assert_close(native(*args, **kwargs), paged_attention(*args, **kwargs))
+
+
+EXTERNAL = """
+import warnings
+
+import torch
+
+from reference import norms
+
+
+class Mine:
+    name = "mine-bench"
+
+    def unavailable(self, device):
+        return None
+
+    def rms_norm(self, x, weight, *, eps):
+        warnings.warn("mine-bench is slow here\\nsecond line of the warning\\nthird line")
+        return norms.rms_norm(x, weight, eps=eps).to(x.dtype)
+
+    def encoder_attention_mask(self, seq_len, *, sliding_window, padding_mask=None, device=None):
+        from backends.native import encoder_attention_mask
+
+        return encoder_attention_mask(seq_len, sliding_window=sliding_window, padding_mask=padding_mask,
+                                      device=device)
+
+
+BACKEND = Mine()
+"""
+
+
+def test_external_backend_gets_ratios_to_the_oracle_and_the_peer(tmp_path, monkeypatch, capsys):
+    """`bench --backend-module mine --backend mine` (it showed `-` in every ratio cell unless native
+    was added): a module beside the user imports from the start folder, its rows have ratios to the
+    oracle and to the case's peer (transformers, run as the comparator), a multi-line warning is
+    one line after the table, and without --out nothing lands in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(__import__("sys").modules, "mine_bench", raising=False)
+    (tmp_path / "mine_bench.py").write_text(EXTERNAL)
+    argv = ["bench", "--quick", "--backend-module", "mine_bench", "--backend", "mine-bench", "--no-chart",
+            "--case", "rms_norm/", "--case", "encoder_attention_mask/sana"]  # fmt: skip
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir() if p.name != "__pycache__"] == ["mine_bench.py"]
+    json_path = out.rsplit("json: ", 1)[1].split()[0]
+    document = json.loads(open(json_path).read())
+    rows = {(r["case"], r["impl"]): r for r in document["results"]}
+    mine = [r for (_, impl), r in rows.items() if impl == "mine-bench" and r["status"] != "not-implemented"]
+    assert {r["case"] for r in mine} == {"rms_norm/step-prefill", "encoder_attention_mask/sana-encoder"}
+    assert all(r["status"] == "ok" and r["ratio_to_oracle"] > 0 for r in mine)
+    assert rows[("encoder_attention_mask/sana-encoder", "mine-bench")]["ratio_to_peer"] > 0
+    assert rows[("encoder_attention_mask/sana-encoder", "transformers")]["ratio_to_peer"] == 1.0
+    assert ("rms_norm/step-prefill", "transformers") not in rows  # a comparator only where it is the peer
+    table, _, after = out.partition("\n\n")
+    header = table.splitlines()[0].split()
+    assert "oracle" in header and "native" not in header
+    assert "second line" not in out
+    assert after.count("warning: mine-bench: UserWarning: mine-bench is slow here") == 1
+
+
+def test_every_family_has_bench_cases():
+    """The bench times every family of ops the suite checks (norms had no case)."""
+    from backends.protocols import OPS
+
+    assert {bench_cases.FAMILIES.get(c.family) and c.family for c in bench_cases.CASES} >= set(OPS.values())
+    assert all(OPS[c.op] == c.family for c in bench_cases.CASES)

@@ -224,7 +224,7 @@ def test_unwritable_out_is_a_one_line_usage_error(tmp_path, capsys):
     assert cli.main(["merge", report, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        f"opconform {c}: --out {out}: cannot write there: Not a directory" for c in ("run", "merge")
+        f"opconform {c}: error: --out {out}: cannot write there: Not a directory" for c in ("run", "merge")
     ]
 
 

@@ -12,7 +12,9 @@ import importlib
 import multiprocessing
 import os
 import statistics
+import sys
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +43,7 @@ class Impl:
     kind: str  # "oracle", "backend", "peer"
     locator: tuple  # how a worker process finds it again (picklable)
     obj: object = None  # the backend object (parent side only)
+    comparator: bool = False  # run only for the cases whose peer it is (not selected with --backend)
 
 
 def peer_objects() -> list:
@@ -56,10 +59,27 @@ def _locate(locator: tuple):
     if kind == "entry-point":
         return next(b for b in registry.entry_point_backends() if b.name == locator[1])
     if kind == "module":
+        importable_from(locator[3] if len(locator) > 3 else os.getcwd())
         return next(b for b in registry.load_backend_module(locator[1]) if b.name == locator[2])
     if kind == "peer":
         return next(p for p in peer_objects() if p.name == locator[1])
     raise ValueError(f"unknown implementation locator {locator!r}")
+
+
+def importable_from(folder: str) -> None:
+    """Put ``folder`` (where the bench started) on ``sys.path``, as ``python -m`` does, so a
+    ``--backend-module`` beside the user is found from the console script and in each worker."""
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+
+
+def warning_lines(caught) -> list[str]:
+    """Caught warnings as distinct one-line texts, ``Category: first line of the message``."""
+    lines = []
+    for item in caught:
+        text = str(item.message).strip().splitlines() or [""]
+        lines.append(f"{item.category.__name__}: {text[0]}")
+    return list(dict.fromkeys(lines))
 
 
 def oracle_function(case: bench_cases.Case):
@@ -124,7 +144,16 @@ class MemoryProbe:
 
 
 def measure(task: dict) -> dict:
-    """Run one (case, impl, device): warm-up, timed repeats, peak memory. Returns the figures."""
+    """Run one (case, impl, device): warm-up, timed repeats, peak memory. Returns the figures and
+    the warnings raised meanwhile (``warnings``: one line each, printed after the table)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = _measure(task)
+    result["warnings"] = warning_lines(caught)
+    return result
+
+
+def _measure(task: dict) -> dict:
     device = torch.device(task["device"])
     case = bench_cases.get_case(task["case"], task["shape_set"])
     if task["locator"][0] == "oracle":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -27,10 +28,12 @@ from opconform.bench.measure import (
     MEMORY_METHODS,
     ORACLE,
     Impl,
+    importable_from,
     measure,
     oracle_function,
     peer_objects,
     run_isolated,
+    warning_lines,
 )
 from opconform.bench.output import BASELINE
 
@@ -50,9 +53,10 @@ class BenchUsageError(ValueError):
 
 
 def select_impls(
-    backend_names: Sequence[str], backend_modules: Sequence[str]
+    backend_names: Sequence[str], backend_modules: Sequence[str], peers: Sequence[str] = ()
 ) -> tuple[list[Impl], list[dict]]:
-    """The oracle, the selected backends and the peers; plus records for backends that failed to load."""
+    """The oracle, the selected backends (all without ``backend_names``) and, beside a selection,
+    the cases' ``peers`` as comparators; plus records for backends that failed to load."""
     impls = [Impl(ORACLE, "oracle", ("oracle",))]
     broken: list[dict] = []
     candidates: list[Impl] = []
@@ -66,9 +70,11 @@ def select_impls(
     try:
         for ep_backend in registry.entry_point_backends():
             candidates.append(Impl(ep_backend.name, "backend", ("entry-point", ep_backend.name), ep_backend))
+        folder = os.getcwd()
+        importable_from(folder)  # a module beside the user, as `python -m` and `opconform run` find it
         for spec in backend_modules:
             for obj in registry.load_backend_module(spec):
-                candidates.append(Impl(obj.name, "backend", ("module", spec, obj.name), obj))
+                candidates.append(Impl(obj.name, "backend", ("module", spec, obj.name, folder), obj))
     except registry.BackendError as exc:
         raise BenchUsageError(f"--backend-module: {exc}") from exc
     candidates += [Impl(p.name, "peer", ("peer", p.name), p) for p in peer_objects()]
@@ -84,6 +90,10 @@ def select_impls(
             raise BenchUsageError(f"--backend: unknown backend(s) {unknown}; known: {sorted(known)}")
         broken = [b for b in broken if b["impl"] in backend_names]
         chosen = [by_name[n] for n in dict.fromkeys(backend_names) if n in by_name]
+        chosen += [  # each case's peer still runs as its comparator, like the oracle
+            Impl(i.name, i.kind, i.locator, i.obj, comparator=True)
+            for i in (by_name[n] for n in dict.fromkeys(peers) if n in by_name and n not in backend_names)
+        ]
     else:
         chosen = [by_name[name] for name in dict.fromkeys(i.name for i in candidates)]
     return impls + chosen, broken
@@ -115,12 +125,14 @@ def _ratio(value, base):
 
 
 def add_ratios(results: list[dict]) -> None:
-    """Fill ratio_to_native and ratio_to_peer from rows of the same case and device."""
+    """Fill ratio_to_oracle, ratio_to_native and ratio_to_peer from rows of the same case and device
+    (None where that row did not run: an external backend alone still gets the oracle's and the peer's)."""
     medians = {(r["case"], r["device"], r["impl"]): r.get("median_s") for r in results if r["status"] == "ok"}
     for row in results:
-        native = medians.get((row["case"], row["device"], BASELINE))
-        peer = medians.get((row["case"], row["device"], row["peer"])) if row["peer"] else None
-        row["ratio_to_native"] = _ratio(row.get("median_s"), native)
+        key = (row["case"], row["device"])
+        peer = medians.get((*key, row["peer"])) if row["peer"] else None
+        row["ratio_to_oracle"] = _ratio(row.get("median_s"), medians.get((*key, ORACLE)))
+        row["ratio_to_native"] = _ratio(row.get("median_s"), medians.get((*key, BASELINE)))
         row["ratio_to_peer"] = _ratio(row.get("median_s"), peer)
 
 
@@ -209,15 +221,59 @@ def run_bench(
             preset[key] = value
     preset["min_repeats"] = min(preset["min_repeats"], preset["repeats"])
     selected = select_cases(shape_set, case_patterns)
-    impls, broken = select_impls(backend_names, backend_modules)
-    device_names = list(dict.fromkeys(devices or KNOWN_DEVICE_TYPES))
     started = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        impls, broken = select_impls(backend_names, backend_modules, [c.peer for c in selected if c.peer])
+        device_names = list(dict.fromkeys(devices or KNOWN_DEVICE_TYPES))
+        absent = {d: why for d in device_names if (why := absent_reason(d))}
+        device_names = [d for d in device_names if d not in absent]  # no rows: `absent_devices` says it
+        results = _measure_all(selected, impls, broken, device_names, backend_names, shape_set, dtype,
+                               isolation, preset, progress)  # fmt: skip
+    add_ratios(results)
+    found = [f"{r['impl']}: {line}" for r in results for line in r.get("warnings", [])]
+    found += [f"bench: {line}" for line in warning_lines(caught)]
+    return {
+        "schema": JSON_SCHEMA,
+        "version": JSON_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "shape_set": shape_set,
+        "dtype": dtype,
+        "isolation": isolation,
+        "settings": preset,
+        "devices": device_names,
+        "absent_devices": {d: why for d, why in absent.items() if d in devices},
+        "warnings": list(dict.fromkeys(found)),
+        "baseline": BASELINE,
+        "memory_methods": MEMORY_METHODS,
+        "timing_note": "median of the timed calls after warm-up; on cpu compare only ratios from one run",
+        "duration_s": round(time.perf_counter() - started, 3),
+        "cases": [
+            {
+                "id": c.id,
+                "op": c.op,
+                "family": c.family,
+                "source": c.source,
+                "params": c.params,
+                "peer": c.peer,
+            }
+            for c in selected
+        ],
+        "results": results,
+        "targets": evaluate_targets(results, selected, shape_set),
+    }
+
+
+def _measure_all(selected, impls, broken, device_names, backend_names, shape_set, dtype, isolation,
+                 preset, progress) -> list[dict]:  # fmt: skip
+    """Every (device, case, implementation) row: measured, or skipped with its reason."""
     results: list[dict] = []
     for device_name in device_names:
-        absent = absent_reason(device_name)
-        if absent and not devices:
-            continue  # not present and not asked for: silently left out (as in the test suite)
-        device = None if absent else torch.device(device_name)
+        device = torch.device(device_name)
         for case in selected:
             base = {
                 "case": case.id,
@@ -229,12 +285,10 @@ def run_bench(
                 "time_is_absolute": device_name != "cpu",
             }
             for impl in impls:
+                if impl.comparator and impl.name != case.peer:
+                    continue
                 row = {**base, "impl": impl.name, "kind": impl.kind}
-                skip = (
-                    ("skipped", f"device {device_name}: {absent}")
-                    if absent
-                    else skip_reason(case, impl, device)
-                )
+                skip = skip_reason(case, impl, device)
                 if skip:
                     row["status"], row["reason"] = skip
                 else:
@@ -268,40 +322,10 @@ def run_bench(
                     }
                 )
             known = {i.name for i in impls} | {b["impl"] for b in broken}
-            if case.peer and case.peer not in known and (not backend_names or case.peer in backend_names):
+            oracle_only = bool(backend_names) and all(n == ORACLE for n in backend_names)
+            if case.peer and case.peer not in known and not oracle_only:
                 reason = f"peer {case.peer!r} is not a registered backend here"
                 results.append(
                     {**base, "impl": case.peer, "kind": "peer", "status": "skipped", "reason": reason}
                 )
-    add_ratios(results)
-    return {
-        "schema": JSON_SCHEMA,
-        "version": JSON_VERSION,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "shape_set": shape_set,
-        "dtype": dtype,
-        "isolation": isolation,
-        "settings": preset,
-        "devices": device_names,
-        "baseline": BASELINE,
-        "memory_methods": MEMORY_METHODS,
-        "timing_note": "median of the timed calls after warm-up; on cpu compare only ratios from one run",
-        "duration_s": round(time.perf_counter() - started, 3),
-        "cases": [
-            {
-                "id": c.id,
-                "op": c.op,
-                "family": c.family,
-                "source": c.source,
-                "params": c.params,
-                "peer": c.peer,
-            }
-            for c in selected
-        ],
-        "results": results,
-        "targets": evaluate_targets(results, selected, shape_set),
-    }
+    return results

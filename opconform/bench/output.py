@@ -8,7 +8,7 @@ import math
 from benchmarks import cases as bench_cases
 
 BASELINE = "native"  # the backend every ratio is relative to
-TABLE_COLUMNS = ("case", "device", "impl", "time", "x native", "x peer", "peak mem", "status")
+TABLE_COLUMNS = ("case", "device", "impl", "time", "x oracle", "x native", "x peer", "peak mem", "status")
 
 
 def _bytes(value) -> str:
@@ -32,8 +32,11 @@ def _times(value) -> str:
 
 
 def format_table(document: dict) -> str:
-    """The terminal table: one row per (case, device, impl) that ran or was skipped."""
-    rows = [TABLE_COLUMNS]
+    """The terminal table: one row per (case, device, impl) that ran or was skipped. The ratios are
+    to the oracle, to ``native`` (a column only when native ran) and to the case's peer."""
+    with_native = any(r.get("ratio_to_native") is not None for r in document["results"])
+    columns = [c for c in TABLE_COLUMNS if with_native or c != "x native"]
+    rows = [tuple(columns)]
     hidden = 0
     for r in document["results"]:
         if r["status"] == "not-implemented":
@@ -46,26 +49,27 @@ def format_table(document: dict) -> str:
         time_text = _seconds(r.get("median_s")) if r.get("time_is_absolute") else "(cpu: ratios)"
         if r["status"] != "ok":
             time_text = "-"
-        rows.append(
-            (
-                r["case"],
-                r["device"],
-                r["impl"],
-                time_text,
-                _times(r.get("ratio_to_native")),
-                _times(r.get("ratio_to_peer")),
-                _bytes(r.get("peak_bytes")),
-                status,
-            )
-        )
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(TABLE_COLUMNS))]
+        cells = {
+            "case": r["case"],
+            "device": r["device"],
+            "impl": r["impl"],
+            "time": time_text,
+            "x oracle": _times(r.get("ratio_to_oracle")),
+            "x native": _times(r.get("ratio_to_native")),
+            "x peer": _times(r.get("ratio_to_peer")),
+            "peak mem": _bytes(r.get("peak_bytes")),
+            "status": status,
+        }
+        rows.append(tuple(cells[c] for c in columns))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(columns))]
     lines = [
         "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     notes = [
-        f"x native / x peer: median time over {BASELINE!r} / over the case's peer, same device and run "
-        "(>1 = slower). Peers: "
+        "x oracle" + (" / x native" if with_native else "") + " / x peer: median time over the float64 "
+        "oracle" + (f" / over {BASELINE!r}" if with_native else "") + " / over the case's peer, same device "
+        "and run (>1 = slower). Peers: "
         + (", ".join(sorted({f"{c['op']}: {c['peer']}" for c in document["cases"] if c["peer"]})) or "none"),
         "peak mem: "
         + "; ".join(
@@ -79,6 +83,11 @@ def format_table(document: dict) -> str:
             f"{hidden} (case, backend) pairs where the backend lacks the op are left out (see JSON)."
         )
     return "\n".join(lines + [""] + notes)
+
+
+def format_warnings(document: dict) -> str:
+    """The warnings raised while measuring, once each, one line each (never inside the table)."""
+    return "\n".join(f"warning: {line}" for line in document.get("warnings", []))
 
 
 def format_targets(document: dict) -> str:
@@ -105,8 +114,10 @@ def write_chart(document: dict, path: str) -> str | None:
     except ImportError as exc:
         return f"matplotlib not installed (the 'bench' extra): {exc}"
     ok = [r for r in document["results"] if r["status"] == "ok"]
+    first = "ratio_to_native" if any(r.get("ratio_to_native") for r in ok) else "ratio_to_oracle"
+    base = BASELINE if first == "ratio_to_native" else "the oracle"
     panels = [
-        ("ratio_to_native", f"time / {BASELINE} (same case, device, run)"),
+        (first, f"time / {base} (same case, device, run)"),
         ("ratio_to_peer", "time / the case's peer"),
     ]
     height = max(3.0, 0.28 * max(1, len(ok)) + 1.5)

@@ -1,7 +1,13 @@
 """One module per ``opconform`` subcommand, each with ``HELP``, ``add_arguments(parser)`` and
-``run(args) -> int``; ``opconform.cli`` imports only the chosen one."""
+``run(args) -> int``; ``opconform.cli`` imports only the chosen one.
+
+The exit statuses every subcommand keeps (README, exit statuses) are named here, and bad input
+is reported by ``usage_error``: one line ``opconform COMMAND: error: ...`` on stderr, status 2.
+"""
 
 from __future__ import annotations
+
+import sys
 
 # name -> (module, help); the help is here so `opconform --help` imports no subcommand.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -15,9 +21,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
 }
 
+EXIT_USAGE = 2  # a bad argument, named in one line
+EXIT_DEVICE_ABSENT = 3  # a device named with --device is absent
+EXIT_INCOMPLETE = 4  # pytest crashed or was interrupted
+EXIT_EMPTY = 5  # `run`: no case ran (nothing collected, or everything deselected): the matrix is empty
+
 
 def help_for(name: str) -> str:
     return COMMANDS[name][1]
+
+
+def usage_error(command: str, message: str) -> int:
+    """Print the one line ``opconform COMMAND: error: MESSAGE`` on stderr; returns exit status 2."""
+    print(f"opconform {command}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def writable_dir(path) -> str | None:
@@ -32,4 +49,19 @@ def writable_dir(path) -> str | None:
         probe.unlink()
     except OSError as exc:
         return exc.strerror or str(exc)
+    return None
+
+
+def pytest_usage_line(stderr: str) -> str | None:
+    """The one line saying why pytest refused its arguments (exit 4), from its stderr: the
+    ``...: error: ...`` line of its argument parser (an unknown option) or an ``ERROR: ...`` line
+    (the plugin's usage errors, a path that does not exist); None when there is none."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:  # argparse: "ERROR: usage: ..." then "__main__.py: error: unrecognized ..."
+        head, sep, message = line.partition(": error: ")
+        if sep and " " not in head:
+            return message
+    for line in lines:
+        if line.startswith("ERROR: ") and not line.startswith("ERROR: usage:"):
+            return line[len("ERROR: ") :]
     return None

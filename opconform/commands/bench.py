@@ -1,8 +1,11 @@
 """``opconform bench``: time and measure every op on every backend, device and the oracle.
 
-``opconform bench [--quick] [--case SUBSTR] [--backend NAME] [--device cpu] [--json PATH]
-[--chart PATH]`` (``--help`` for all options, ``--list`` for the cases). It prints a table,
-writes JSON and a PNG chart of the ratios; see ``opconform.bench.orchestrate`` for what runs.
+``opconform bench [--quick] [--case SUBSTR] [--backend NAME] [--device cpu] [--out DIR]
+[--json PATH] [--chart PATH]`` (``--help`` for all options, ``--list`` for the cases). It prints a
+table, then the warnings raised meanwhile (one line each), and writes JSON and a PNG chart of the
+ratios into ``--out`` (default: a new temporary folder, printed; never the current folder); see
+``opconform.bench.orchestrate`` for what runs. A device named with ``--device`` that is absent is
+exit 3 with one line, as for ``opconform run``.
 """
 
 from __future__ import annotations
@@ -12,11 +15,18 @@ import json
 import math
 import os
 import sys
+import tempfile
 
-from conformance.devices import KNOWN_DEVICE_TYPES
+from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason
 from opconform.bench.orchestrate import DTYPES, BenchUsageError, run_bench
-from opconform.bench.output import format_case_list, format_table, format_targets, write_chart
-from opconform.commands import help_for
+from opconform.bench.output import (
+    format_case_list,
+    format_table,
+    format_targets,
+    format_warnings,
+    write_chart,
+)
+from opconform.commands import EXIT_DEVICE_ABSENT, help_for, usage_error, writable_dir
 
 HELP = help_for("bench")
 
@@ -90,27 +100,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "inline: in this process (compiles are shared, memory indicative only; "
         "the default with --quick)",
     )
-    parser.add_argument("--json", default="opconform-bench.json", metavar="PATH", help="JSON output path")
-    parser.add_argument("--chart", default="opconform-bench.png", metavar="PATH", help="PNG chart path")
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="folder of the JSON and chart (default: a new temp one)"
+    )
+    parser.add_argument("--json", default=None, metavar="PATH", help="JSON output path (default: in --out)")
+    parser.add_argument("--chart", default=None, metavar="PATH", help="PNG chart path (default: in --out)")
     parser.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
     parser.add_argument("--list", action="store_true", help="list the cases and their shapes, then exit")
 
 
-def _usage_error(message: str) -> int:
-    print(f"opconform bench: error: {message}", file=sys.stderr)
-    return 2
+def _absent_line(absent: dict) -> None:
+    listed = "; ".join(f"{d} ({why})" for d, why in absent.items())
+    print(f"opconform bench: requested device(s) absent: {listed}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the bench; 0 when every measurement ran or was skipped with a reason, 1 on an error row,
-    2 on bad options."""
+    2 on bad options, 3 when a device named with --device is absent."""
     shape_set = "quick" if args.quick else "full"
     if args.list:
         print(format_case_list(shape_set))
         return 0
+    if args.out is not None and (why := writable_dir(args.out)):
+        return usage_error("bench", f"--out {args.out}: cannot write there: {why}")
     for option, path in (("--json", args.json), ("--chart", None if args.no_chart else args.chart)):
         if path is not None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            return _usage_error(f"{option}: directory of {path!r} does not exist")
+            return usage_error("bench", f"{option}: directory of {path!r} does not exist")
+    absent = {d: why for d in dict.fromkeys(args.device) if (why := absent_reason(d))}
+    if absent and len(absent) == len(set(args.device)):  # nothing to measure: say so before any work
+        _absent_line(absent)
+        return EXIT_DEVICE_ABSENT
     try:
         document = run_bench(
             shape_set=shape_set,
@@ -127,21 +146,27 @@ def run(args: argparse.Namespace) -> int:
             progress=lambda message: print(message, file=sys.stderr, flush=True),
         )
     except BenchUsageError as exc:
-        return _usage_error(str(exc))
+        return usage_error("bench", exc)
+    out = args.out or tempfile.mkdtemp(prefix="opconform-bench-")
+    json_path = args.json or os.path.join(out, "opconform-bench.json")
+    chart_path = args.chart or os.path.join(out, "opconform-bench.png")
     print(format_table(document))
-    targets = format_targets(document)
-    if targets:
-        print("\n" + targets)
+    for block in (format_warnings(document), format_targets(document)):
+        if block:
+            print("\n" + block)
     document["chart"] = None
     if not args.no_chart:
-        why_not = write_chart(document, args.chart)
+        why_not = write_chart(document, chart_path)
         if why_not:
             document["chart_skipped"] = why_not
             print(f"\nchart skipped: {why_not}")
         else:
-            document["chart"] = args.chart
-            print(f"\nchart: {args.chart}")
-    with open(args.json, "w", encoding="utf-8") as handle:
+            document["chart"] = chart_path
+            print(f"\nchart: {chart_path}")
+    with open(json_path, "w", encoding="utf-8") as handle:
         json.dump(document, handle, indent=1)
-    print(f"json: {args.json}   ({document['duration_s']:.1f} s)")
+    print(f"json: {json_path}   ({document['duration_s']:.1f} s)")
+    if document["absent_devices"]:
+        _absent_line(document["absent_devices"])
+        return EXIT_DEVICE_ABSENT
     return 1 if any(r["status"] == "error" for r in document["results"]) else 0

@@ -7,10 +7,9 @@ import argparse
 import sys
 
 from opconform import render, report
-from opconform.commands import help_for, writable_dir
+from opconform.commands import EXIT_DEVICE_ABSENT, help_for, usage_error, writable_dir
 
 HELP = help_for("merge")
-EXIT_DEVICE_ABSENT = 3  # as `opconform run` (README, exit statuses)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,8 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     why = writable_dir(args.out) if args.out else None
     if why:
-        print(f"opconform merge: --out {args.out}: cannot write there: {why}", file=sys.stderr)
-        return 2
+        return usage_error("merge", f"--out {args.out}: cannot write there: {why}")
     names = [str(p) for p in args.reports]
     document = report.merge([report.load(p) for p in args.reports], names=names)
     print(render.markdown(document) if args.markdown else render.text(document))

@@ -8,23 +8,32 @@ import importlib.util
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from conformance import options
 from opconform import render, report
-from opconform.commands import help_for, writable_dir
+from opconform.commands import (
+    EXIT_DEVICE_ABSENT,
+    EXIT_EMPTY,
+    EXIT_INCOMPLETE,
+    help_for,
+    pytest_usage_line,
+    usage_error,
+    writable_dir,
+)
 
 HELP = help_for("run")
 PROFILES = ("dev", "ci", "thorough")  # the suite's Hypothesis profiles, registered as opconform-NAME
-EXIT_DEVICE_ABSENT = 3  # a device named with --device is absent (README, exit statuses)
-EXIT_INCOMPLETE = 4  # pytest crashed or was interrupted: no report, or a run that did not complete
+DEVICE_TYPES = ("cpu", "cuda", "npu")  # conformance.devices.KNOWN_DEVICE_TYPES, without importing torch
 PYTEST_USAGE_ERROR = 4
+COLLECT_ONLY = ("--collect-only", "--co")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", default=[], metavar="NAME", help="backend (repeatable)")
     parser.add_argument(
-        "--device", action="append", default=[], metavar="NAME", help="device type (repeatable)"
+        "--device", action="append", default=[], choices=DEVICE_TYPES, help="device type (repeatable)"
     )
     parser.add_argument(
         "--backend-module", action="append", default=[], metavar="MODULE[:ATTR]", help="external backends"
@@ -87,36 +96,62 @@ def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
     return command + list(args.pytest_args)
 
 
-def run_pytest(command: list[str]) -> int:
+class StderrRelay:
+    """Copies pytest's stderr to ours as it comes, except a usage error: from pytest's first
+    ``ERROR:`` line on, the lines are held, so that a refused argument (exit 4, no report) is
+    reported as one ``opconform run: error:`` line; in any other run they are written at the end."""
+
+    def __init__(self, stream):
+        self.held: list[str] = []
+        self.thread = threading.Thread(target=self._copy, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _copy(self, stream) -> None:
+        for line in stream:
+            if self.held or line.startswith("ERROR: "):
+                self.held.append(line)
+            else:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+    def finish(self, *, usage_error_status: bool) -> str | None:
+        """The usage line when pytest refused its arguments; otherwise the held lines are written."""
+        self.thread.join(timeout=10)
+        line = pytest_usage_line("".join(self.held)) if usage_error_status else None
+        if line is None:
+            sys.stderr.write("".join(self.held))
+            sys.stderr.flush()
+        return line
+
+
+def run_pytest(command: list[str]) -> tuple[int, StderrRelay]:
     """Run pytest; on Ctrl-C (SIGINT reaches pytest too, as the terminal's process group) wait for
     it to write the partial report rather than kill it as ``subprocess.call`` would. A second
     Ctrl-C kills it (no report)."""
-    proc = subprocess.Popen(command)
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, errors="replace")
+    relay = StderrRelay(proc.stderr)
     try:
-        return proc.wait()
+        return proc.wait(), relay
     except KeyboardInterrupt:
         print("opconform run: interrupted: waiting for pytest to write the partial report "
               "(Ctrl-C again to stop it)", file=sys.stderr)  # fmt: skip
     try:
-        return proc.wait()
+        return proc.wait(), relay
     except KeyboardInterrupt:
         proc.kill()
-        return proc.wait()
+        return proc.wait(), relay
 
 
 def run(args: argparse.Namespace) -> int:
     if args.workers is not None and importlib.util.find_spec("xdist") is None:
-        print("opconform run: -n needs pytest-xdist (pip install pytest-xdist)", file=sys.stderr)
-        return 2
+        return usage_error("run", "-n needs pytest-xdist (pip install pytest-xdist)")
     for path in args.expectations:
         if not Path(path).exists():
-            print(f"opconform run: --expectations {path}: no such file or directory", file=sys.stderr)
-            return 2
+            return usage_error("run", f"--expectations {path}: no such file or directory")
     out = Path(args.out)
     why = writable_dir(out)
     if why:
-        print(f"opconform run: --out {out}: cannot write there: {why}", file=sys.stderr)
-        return 2
+        return usage_error("run", f"--out {out}: cannot write there: {why}")
     report_json = (out / "report.json").resolve()
     report_json.unlink(missing_ok=True)
     command = pytest_command(args, report_json)
@@ -124,17 +159,18 @@ def run(args: argparse.Namespace) -> int:
         print("opconform run: pytest-xdist is not installed: the cases run in one process, and a backend "
               "that kills it ends the run without a report", file=sys.stderr)  # fmt: skip
     print("opconform run:", " ".join(command), flush=True)
-    returncode = run_pytest(command)  # pytest shows the progress
+    returncode, relay = run_pytest(command)  # pytest shows the progress
+    refused = relay.finish(usage_error_status=returncode == PYTEST_USAGE_ERROR and not report_json.exists())
+    if refused:
+        return usage_error("run", refused)
     if not report_json.exists():
-        if returncode == PYTEST_USAGE_ERROR:  # pytest printed the one-line reason above
-            print("opconform run: usage error (see pytest's ERROR line above)", file=sys.stderr)
-            return 2
         print(f"opconform run: pytest exited {returncode} without writing a report", file=sys.stderr)
         return EXIT_INCOMPLETE
     document = report.load(report_json)
     written = render.write_outputs(document, out)
-    print()
-    print(render.text(document))
+    if document["results"] or document.get("absent_devices"):
+        print()
+        print(render.text(document))
     print("\nwrote " + ", ".join(map(str, written)))
     absent = document.get("absent_devices") or {}
     if absent:
@@ -147,4 +183,11 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INCOMPLETE
+    if not document["results"]:
+        if document.get("exitstatus") == 0 and any(a in COLLECT_ONLY for a in args.pytest_args):
+            print("opconform run: collect-only: the cases were listed, none ran", file=sys.stderr)
+            return 0
+        print(f"opconform run: no case ran (pytest exit {document.get('exitstatus')}: nothing collected, "
+              "or every case deselected): the matrix is empty", file=sys.stderr)  # fmt: skip
+        return EXIT_EMPTY
     return 0 if report.conforms(document) else 1
