@@ -17,7 +17,7 @@ import textwrap
 from importlib import metadata
 
 import pytest
-from suite_runner import REPO
+from suite_runner import REPO, produced_once
 
 # The plugin as a user's environment has it: from the pytest11 entry point when installed.
 INSTALLED = any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
@@ -34,7 +34,10 @@ from hypothesis import settings
 
 
 def observe(name):
-    seen = {"profile": settings.get_current_profile_name(), "default": repr(settings.default)}
+    # The example database lies under the run's folder: named relative to it, so that runs in
+    # different folders compare.
+    default = repr(settings.default).replace(os.getcwd(), "<run folder>")
+    seen = {"profile": settings.get_current_profile_name(), "default": default}
     with open(os.path.join(os.environ["OBSERVED"], name + ".json"), "w") as file:
         json.dump(seen, file)
 """
@@ -111,21 +114,37 @@ def counts(proc) -> dict[str, int]:
     return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", line)}
 
 
-def test_unrelated_project_runs_unchanged(project):
+def _observe_without_plugin(root) -> dict:
+    """What a test sees of Hypothesis in a run without the plugin, in this environment: the same
+    for every test of such a run (no project here sets a profile), so one run serves every
+    comparison below."""
+    (root / "observe.py").write_text(textwrap.dedent(OBSERVE))
+    (root / "test_baseline.py").write_text("from observe import observe\n\n\ndef test_baseline():\n"
+                                           "    observe('test_baseline')\n")  # fmt: skip
+    proc = pytest_in(root, *WITHOUT_PLUGIN, "--trace-config", observed=root / "without")
+    assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
+    # The baseline really ran without this checkout's plugin.
+    assert str(REPO / "conformance" / "plugin.py") not in proc.stdout, proc.stdout
+    return observations(root / "without")["test_baseline"]
+
+
+@pytest.fixture
+def without_plugin(tmp_path_factory) -> dict:
+    return produced_once(tmp_path_factory, "opconform-no-plugin-observation", _observe_without_plugin)
+
+
+def test_unrelated_project_runs_unchanged(project, without_plugin):
     """Its `backend` fixture was parametrized twice ("duplicate parametrization"), its Hypothesis
-    defaults became the dev profile's, and its `backends` package an INTERNALERROR. What its tests
-    see of Hypothesis is what they see in the same run without the plugin."""
+    defaults became the dev profile's, and its `backends` package an INTERNALERROR. Its 4 tests
+    pass, and what they see of Hypothesis is what a test sees in a run without the plugin."""
     with_plugin = pytest_in(project, *WITH_PLUGIN, "-v", "--trace-config", observed=project / "with")
-    without = pytest_in(project, *WITHOUT_PLUGIN, "-v", "--trace-config", observed=project / "without")
     assert with_plugin.returncode == 0, with_plugin.stdout + with_plugin.stderr
-    assert without.returncode == 0, without.stdout + without.stderr
-    assert counts(with_plugin) == counts(without) == {"passed": 4}
+    assert counts(with_plugin) == {"passed": 4}
     seen = observations(project / "with")
     assert list(seen) == ["test_given_runs", "test_hypothesis_settings_untouched"], seen
-    assert seen == observations(project / "without")
-    # This checkout's plugin was loaded in one run and not in the other.
-    plugin_file = str(REPO / "conformance" / "plugin.py")
-    assert plugin_file in with_plugin.stdout and plugin_file not in without.stdout, with_plugin.stdout
+    assert all(observed == without_plugin for observed in seen.values()), (seen, without_plugin)
+    # This checkout's plugin was loaded (the baseline checks it was not there).
+    assert str(REPO / "conformance" / "plugin.py") in with_plugin.stdout, with_plugin.stdout
 
 
 def test_suite_under_a_shadowing_backends_is_a_one_line_usage_error(project):
@@ -138,7 +157,7 @@ def test_suite_under_a_shadowing_backends_is_a_one_line_usage_error(project):
     assert "INTERNALERROR" not in proc.stdout + proc.stderr
 
 
-def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path):
+def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path, without_plugin):
     """In opconform's own environment (its `backends` importable, no shadowing), a test file outside
     the suite that takes `backend` sees its own fixture and the Hypothesis profile it sees without
     the plugin."""
@@ -165,13 +184,11 @@ def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path):
     proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--trace-config", observed=tmp_path / "with")
     assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
     assert "test_plain[" not in proc.stdout and str(REPO / "conformance" / "plugin.py") in proc.stdout
-    without = pytest_in(tmp_path, *WITHOUT_PLUGIN, observed=tmp_path / "without")
-    assert without.returncode == 0, without.stdout + without.stderr
     seen = observations(tmp_path / "with")
-    assert list(seen) == ["test_plain"] and seen == observations(tmp_path / "without"), seen
+    assert list(seen) == ["test_plain"] and seen["test_plain"] == without_plugin, (seen, without_plugin)
 
 
-def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path):
+def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path, without_plugin):
     """In a run that asks for the suite (--backend native) and collects one of its modules, a
     user's own test that takes an argument named `backend` but is not marked clause/op keeps its
     own fixture, and the user's tests see the Hypothesis profile they see in a run of their own
@@ -210,10 +227,9 @@ def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path):
     # The suite's own default: opconform-ci where CI is set (README, --hypothesis-profile), else dev.
     suite_profile = "opconform-ci" if os.environ.get("CI") else "opconform-dev"
     assert json.loads(report.read_text())["profile"] == suite_profile
-    without = pytest_in(tmp_path, *WITHOUT_PLUGIN, "test_own.py", observed=tmp_path / "without")
-    assert without.returncode == 0, without.stdout + without.stderr
     seen = observations(tmp_path / "with")
-    assert list(seen) == ["test_own", "test_own_given"] and seen == observations(tmp_path / "without"), seen
+    assert list(seen) == ["test_own", "test_own_given"], seen
+    assert all(observed == without_plugin for observed in seen.values()), (seen, without_plugin)
 
 
 def test_profiles_do_not_inherit_the_environments_profile():
