@@ -102,6 +102,16 @@ def with_verbosity(name: str, verbosity: str | None) -> str:
     return derived
 
 
+def share_of_examples(share: float) -> settings:
+    """Settings for a property that draws ``share`` of the loaded profile's examples (at least 5):
+    applied at collection, under the suite's profile (``SuiteProfile``), so "thorough" still
+    draws ``share`` of its 300. For properties whose examples are costly and alike (the NaN
+    properties: one NaN site per example, the site the only draw that matters)."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share!r}")
+    return settings(max_examples=max(5, round(settings.default.max_examples * share)))
+
+
 def known() -> list[str]:
     """The suite's registered profiles (Hypothesis has no public list of every profile)."""
     return [PREFIX + n for n in SHORT_NAMES if registered(PREFIX + n)]

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import backends
+from conformance import profiles
 from conformance.checks import assert_close, check_raises, describe
 from conformance.error_cases import ATTENTION_ERRORS, check_backend_raises, params
 from conformance.strategies.attention import attention_recipes, decode_lengths, softmax_scales, windows_inside
@@ -21,6 +22,8 @@ from reference import attention as oracle
 from reference.masks import additive_mask
 
 FAMILY = "attention"
+# ATTN-NAN/SERVE-NAN: a third of the profile's examples (profiles.share_of_examples).
+NAN_EXAMPLES = profiles.share_of_examples(1 / 3)
 
 
 def compare(out, want, v, *, clause, context, rows=None, valid_keys=None):
@@ -267,6 +270,7 @@ def compare_nan(out, want, v, keep, *, clause, context, valid_keys=None):
 
 @pytest.mark.clause("ATTN-NAN")
 @pytest.mark.op("prefill_attention")
+@NAN_EXAMPLES
 @given(
     data=st.data(),
     recipe=attention_recipes(max_len=20, dtypes=(torch.float32, torch.bfloat16)),
@@ -307,6 +311,7 @@ def test_prefill_nan_reaches_exactly_the_rows_that_see_it(backend, device, data,
 
 @pytest.mark.clause("ATTN-NAN")
 @pytest.mark.op("decode_attention")
+@NAN_EXAMPLES
 @given(data=st.data(), recipe=attention_recipes(same_len=False, q_len=1, max_len=24, dtypes=(torch.float32,)))
 def test_decode_nan_reaches_exactly_the_rows_that_see_it(backend, device, data, recipe):
     """One NaN in the decode query or in a cache row inside the window, NaN in every stale row: the
