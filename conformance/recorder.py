@@ -129,25 +129,20 @@ def record_call(item, call, report) -> None:
     info = dict(dict(item.user_properties)[INFO])
     case: dict = {}
     if report.failed:
-        excinfo = call.excinfo
-        error = conformance_error(excinfo.value if excinfo else None)
+        exc = call.excinfo.value if call.excinfo else None
+        error = conformance_error(exc)
         if error is not None and info["dtype"] is None:
             info["dtype"] = case["dtype"] = dtype_name(error.dtype)
         command = rerun.for_item(item.config, item.nodeid)
-        raised = None if error is not None else first_exception(excinfo.value if excinfo else None)
+        raised = None if error is not None else first_exception(exc)
         case["failure"] = failure_capture.record(
-            item,
-            info,
-            error=error,
-            raised=raised,
-            command=command,
-            call_exc=excinfo.value if excinfo else None,
+            item, info, error=error, raised=raised, command=command, call_exc=exc
         )
         case["failure"]["dtype"] = dtype_name(getattr(error, "dtype", None)) or info["dtype"]
         if isinstance(raised, CaseTimeout):
             case["outcome"] = Outcome.TIMEOUT.value
             case["failure"]["error"] = str(raised)
-        if not failure_capture.shorten(item.config, report, case["failure"], excinfo):
+        if not failure_capture.shorten(item.config, report, case["failure"], call.excinfo):
             report.sections.append(("opconform rerun", command))
     entries = matching(item.config, item.nodeid, info, "yes")
     if entries:
