@@ -33,8 +33,10 @@ def record(item, info: dict, *, error, raised, command: str, call_exc) -> dict:
     if error is not None:
         message = str(error)
     else:
-        first = f"{type(raised).__name__}: {raised}".splitlines()[0] if raised else "failed"
-        said = ": ".join(part for part in (where, f"raised {first}") if part)
+        first = f"raised {type(raised).__name__}: {raised}".splitlines()[0] if raised else "failed"
+        if type(raised).__name__ == "CaseTimeout":  # recorder.CaseTimeout: the time limit's line
+            first = f"timeout: {raised}"
+        said = ": ".join(part for part in (where, first) if part)
         message = f"[{clause}] {said}" if clause else said
     params = getattr(getattr(item, "callspec", None), "params", {})
     notes = _notes(error if error is not None else raised) or _notes(call_exc)
