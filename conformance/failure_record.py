@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 KNOWN = ("backend", "device")  # every record names them already; their reprs hold addresses
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # <function f at 0x7f...>: differs per run
 FALSIFYING = re.compile(r"Falsifying (?:explicit )?example: (\w+)\((.*)\)\s*\Z", re.S)
 DRAW = re.compile(r"(Draw \d+(?: \([^)]*\))?): (.*)\Z", re.S)
 REPRODUCE = re.compile(r"@reproduce_failure\([^)]*\)")
@@ -59,11 +60,15 @@ def _without_comments(text: str) -> str:
     return "\n".join(kept)
 
 
+def _shown(text: str) -> str:
+    return ADDRESS.sub("", " ".join(text.split()))
+
+
 def example(params: dict, notes: list[str], *, seed=None) -> dict | None:
     """The falsifying example of a failure: ``arguments`` (name -> repr: the case's parameters,
     then what Hypothesis drew, backend and device left out), ``test``, ``reproduce_failure`` and
     ``seed`` (``--hypothesis-seed``) when known; None when nothing is known."""
-    arguments = {k: " ".join(repr(v).split()) for k, v in params.items() if k not in KNOWN}
+    arguments = {k: _shown(repr(v)) for k, v in params.items() if k not in KNOWN}
     record: dict = {"test": None, "arguments": arguments, "reproduce_failure": None, "seed": seed}
     for note in notes:
         note = str(note).strip()
@@ -73,9 +78,9 @@ def example(params: dict, notes: list[str], *, seed=None) -> dict | None:
             for part in split_arguments(_without_comments(called.group(2))):
                 name, sep, value = part.partition("=")
                 if sep and name.strip() not in KNOWN and not value.startswith("data(..."):
-                    arguments[name.strip()] = value.strip()
+                    arguments[name.strip()] = _shown(value)
         elif drawn:
-            arguments[drawn.group(1)] = " ".join(drawn.group(2).split())
+            arguments[drawn.group(1)] = _shown(drawn.group(2))
         elif REPRODUCE.search(note):
             record["reproduce_failure"] = REPRODUCE.search(note).group(0)
     if not arguments and record["test"] is None and record["reproduce_failure"] is None:

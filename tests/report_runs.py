@@ -2,7 +2,9 @@
 
 Two runs of the same small selection (three activation properties, backends ``native`` and the
 test-local ``deviating``): ``declared`` with a manifest that declares deviating's GEGLU error,
-plus an unexpected pass, an unsupported op and a stale entry; ``undeclared`` without it. Under
+plus an unexpected pass, an unsupported op and a stale entry; ``undeclared`` without it. A third,
+``broken``, runs ``report_backends.BROKEN`` (a numeric and a bad-input failure of one op, a
+backend's own exception) on GEGLU, SwiGLU and ACT-ERRORS, for the failure records. Under
 pytest-xdist the workers share one copy through a lock in the session's common temp directory.
 """
 
@@ -19,6 +21,11 @@ from suite_runner import produced_once
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 SELECTION = "geglu_matches or silu_and_mul_matches or swiglu_step_matches"
+# Each backend's failing properties only (what passes here is checked in the other runs).
+BROKEN_SELECTION = (
+    "geglu_matches and accepting or silu_and_mul_matches and raising"
+    " or gated_errors and (bad-approximate or odd-last-dim)"
+)
 
 MANIFEST = """\
 # The deviating backend's declared expectations (tests/report_runs.py).
@@ -70,10 +77,15 @@ def _produce(root: Path) -> dict:
     common += ["--device", "cpu", "-n", "0"]  # in this process: no case here needs a supervised worker
     started = time.perf_counter()
     procs = {}
-    # The two runs are independent: run them side by side (most of each is importing torch).
-    for name, extra in (("declared", ["--expectations", str(manifest)]), ("undeclared", [])):
-        command = [sys.executable, "-m", "opconform.cli", "run", *common, *extra, "--out", str(root / name),
-                   "--", "-k", SELECTION]  # fmt: skip
+    # The runs are independent: run them side by side (most of each is importing torch).
+    broken = ["--backend-module", "report_backends:BROKEN", "--profile", "ci", "--device", "cpu", "-n", "0"]
+    for name, args in (
+        ("declared", [*common, "--expectations", str(manifest), "--", "-k", SELECTION]),
+        ("undeclared", [*common, "--", "-k", SELECTION]),
+        ("broken", [*broken, "--", "-k", BROKEN_SELECTION]),
+    ):
+        command = [sys.executable, "-m", "opconform.cli", "run", *args[: args.index("--")], "--out",
+                   str(root / name), *args[args.index("--") :]]  # fmt: skip
         procs[name] = subprocess.Popen(
             command, cwd=root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )

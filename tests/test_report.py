@@ -89,7 +89,7 @@ def test_unexpected_pass_stale_and_unsupported_entries(declared):
 
 def test_results_record_case_facts(declared):
     """Every case records clauses, op, backend, device, duration and its matching entries."""
-    assert declared["version"] == 2 and declared["devices"] == ["cpu"]
+    assert declared["version"] == results.VERSION and declared["devices"] == ["cpu"]
     assert declared["backends"] == ["native", "deviating"]
     for case in declared["results"]:
         assert case["clauses"] and case["op"] and case["device"] == "cpu" and case["duration"] >= 0
