@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from conformance import failure_record, results
+from conformance import failure_capture, failure_record, results
 from opconform import render, report
 
 NOTES = [
@@ -154,3 +154,12 @@ def test_html_leaves_out_other_backends_manifests():
     page = render.html_page(_document([], expectations=entries)).split("<script type='application/json'")[0]
     assert "mine.toml:1" in page and "native.toml:1" not in page
     assert "1 entries of backends not in this run omitted" in page
+
+
+def test_a_module_named_on_the_command_line_gets_its_file_in_the_node_id():
+    """pytest names a case of a module given as ``--pyargs conformance.test_x::...`` ``::test_...``."""
+    shown = failure_capture.display_nodeid("::test_a[x-cpu]", "../site-packages/conformance/test_norms.py")
+    assert shown == "test_norms.py::test_a[x-cpu]"
+    assert (
+        failure_capture.display_nodeid("test_norms.py::test_a", "x/test_norms.py") == "test_norms.py::test_a"
+    )
