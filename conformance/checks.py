@@ -29,12 +29,16 @@ class ConformanceError(AssertionError):
         dtype: torch.dtype | None = None,
         max_abs_error: float | None = None,
         max_rel_error: float | None = None,
+        violation: dict | None = None,
     ):
         super().__init__(f"[{clause}] {message}")
         self.clause = clause
         self.dtype = dtype
         self.max_abs_error = max_abs_error
         self.max_rel_error = max_rel_error
+        # The worst element of a numeric comparison (index, got, expected, abs/rel error, allowed):
+        # the results record's ``largest_violation``.
+        self.violation = violation
 
 
 def _returned(value) -> str:
@@ -53,6 +57,7 @@ def check_output(
     """``actual`` is a tensor with data (not meta), on ``device``'s type and of ``dtype`` when
     they are given; else ``clause`` fails saying what was returned and what was expected. (The
     device is not implied: some outputs, like a scheduler's sigmas, live on the CPU by design.)"""
+    __tracebackhide__ = True  # a failure shows its verdict, not this source
     device_type = getattr(device, "type", device)
     want = f"a tensor of shape {tuple(expected.shape)}"
     if dtype is not None:
@@ -101,6 +106,7 @@ def assert_close(
     (None, a list), a meta tensor, or, when ``device`` / ``dtype`` are given, a tensor on another
     device type or of another dtype fails ``clause`` saying what was returned (check_output).
     """
+    __tracebackhide__ = True  # a failure shows its verdict, not this source
     check_output(actual, expected, clause=clause, context=context, dtype=dtype, device=device)
     if tol is None:
         tol = tolerance(family, actual.dtype)
@@ -142,6 +148,11 @@ def assert_close(
     worst_abs = int(torch.where(finite, abs_err, minus_one).flatten().argmax())
     worst_rel = int(torch.where(finite, rel_err, minus_one).flatten().argmax())
     allowed_flat = allowed.expand_as(abs_err).flatten()
+    index, unbounded = _index(worst_excess, got.shape), bool(nonfinite_bad.flatten()[worst_excess])
+    violation = {"index": list(index), "got": got[index].item(), "expected": want[index].item()}
+    violation["abs_error"] = None if unbounded else abs_err[index].item()  # None: a NaN/inf mismatch
+    violation["rel_error"] = None if unbounded else rel_err[index].item()
+    violation["allowed"] = allowed_flat[worst_excess].item()
     for label, flat in (("violation", worst_excess), ("abs error", worst_abs), ("rel error", worst_rel)):
         where = _index(flat, got.shape)
         if bool(nonfinite_bad.flatten()[flat]):
@@ -159,11 +170,13 @@ def assert_close(
         # A NaN/inf where a number was expected is an unbounded error (for declared deviations).
         max_abs_error=float("inf") if bool(nonfinite_bad.any()) else abs_err.flatten()[worst_abs].item(),
         max_rel_error=rel_err.flatten()[worst_rel].item(),
+        violation=violation,
     )
 
 
 def check(condition: bool, *, clause: str, message: str) -> None:
     """Fail with ``clause`` named unless ``condition`` holds."""
+    __tracebackhide__ = True  # a failure shows its verdict, not this source
     if not condition:
         raise ConformanceError(clause, message)
 
@@ -174,6 +187,7 @@ def check_raises(
     """``call()`` must raise ``exception`` whose message matches the regex ``match`` (when given:
     e.g. the argument's name); another exception type, a message that does not match, or no
     exception fails ``clause``."""
+    __tracebackhide__ = True  # a failure shows its verdict, not this source
     try:
         call()
     except exception as exc:

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import pytest
 import torch
 
-from conformance import checks, rerun, results
+from conformance import checks, failure_capture, failure_record, rerun, results
 from conformance import expectations as manifests
 from conformance.activation import state
 from conformance.results import Case, ExpectationVerdict, Failure, Outcome
@@ -129,25 +129,21 @@ def record_call(item, call, report) -> None:
     info = dict(dict(item.user_properties)[INFO])
     case: dict = {}
     if report.failed:
-        error = conformance_error(call.excinfo.value if call.excinfo else None)
+        exc = call.excinfo.value if call.excinfo else None
+        error = conformance_error(exc)
         if error is not None and info["dtype"] is None:
             info["dtype"] = case["dtype"] = dtype_name(error.dtype)
         command = rerun.for_item(item.config, item.nodeid)
-        raised = None if error is not None else first_exception(call.excinfo.value if call.excinfo else None)
-        case["failure"] = {
-            # Another exception (the backend's own) fails the property's first clause mark.
-            "clause": getattr(error, "clause", None)
-            or (info["clauses"][0] if raised and info["clauses"] else None),
-            "error": f"{type(raised).__name__}: {raised}".splitlines()[0] if raised else None,
-            "dtype": dtype_name(getattr(error, "dtype", None)) or info["dtype"],
-            "largest_abs_error": getattr(error, "max_abs_error", None),
-            "largest_rel_error": getattr(error, "max_rel_error", None),
-            "rerun": command,
-        }
-        report.sections.append(("opconform rerun", command))
+        raised = None if error is not None else first_exception(exc)
+        case["failure"] = failure_capture.record(
+            item, info, error=error, raised=raised, command=command, call_exc=exc
+        )
+        case["failure"]["dtype"] = dtype_name(getattr(error, "dtype", None)) or info["dtype"]
         if isinstance(raised, CaseTimeout):
             case["outcome"] = Outcome.TIMEOUT.value
             case["failure"]["error"] = str(raised)
+        if not failure_capture.shorten(item.config, report, case["failure"], call.excinfo):
+            report.sections.append(("opconform rerun", command))
     entries = matching(item.config, item.nodeid, info, "yes")
     if entries:
         largest = case.get("failure", {}).get("largest_abs_error")
@@ -233,6 +229,14 @@ class ResultsRecorder:
         if sent:
             self.run.collected = merge_collected(self.run.collected or {}, sent)
 
+    def pytest_terminal_summary(self, terminalreporter):
+        """Before pytest's short summary (printed after this hook): a case of a module named on
+        the command line (the rerun's) has pytest's node id ``::test_...``; name its file."""
+        for reports in terminalreporter.stats.values():
+            for report in reports:
+                if isinstance(report, pytest.TestReport):
+                    report.nodeid = failure_capture.display_nodeid(report.nodeid, report.location[0])
+
     def pytest_runtest_logreport(self, report):
         properties = dict(report.user_properties)
         info = properties.get(INFO)
@@ -246,7 +250,7 @@ class ResultsRecorder:
         failure, expectation = facts.pop("failure", None), facts.pop("expectation", None)
         outcome = facts.pop("outcome", None)
         case = Case(
-            nodeid=report.nodeid,
+            nodeid=failure_capture.display_nodeid(report.nodeid, report.location[0]),
             when=report.when,
             outcome=Outcome(outcome or report.outcome),
             duration=round(report.duration, 6),
@@ -258,19 +262,22 @@ class ResultsRecorder:
         if hasattr(report, "wasxfail") and report.skipped:
             case.outcome = Outcome.EXPECTED_FAILURE
             case.reason = report.wasxfail
-            case.message = report.longreprtext[-4000:]
+            case.message = case.failure.message if case.failure else report.longreprtext[-4000:]
         elif report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             case.reason = reason.removeprefix("Skipped: ")
             if case.reason.startswith(Outcome.NOT_IMPLEMENTED.value):
                 case.outcome = Outcome.NOT_IMPLEMENTED
         elif report.failed:
-            case.message = report.longreprtext[-4000:]
+            # The verdict (results version 3); pytest's text only where no record was taken.
+            case.message = case.failure.message if case.failure else report.longreprtext[-4000:]
             if case.outcome is Outcome.CRASH:  # the error is xdist's last line: "worker 'gw1' crashed ..."
                 error = case.message.strip().splitlines()[-1] if case.message.strip() else None
                 case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), error=error)
-            elif case.failure is None:  # a setup or teardown error
-                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid))
+                case.message = case.failure.message = error
+            elif case.failure is None:  # a setup or teardown error: its E lines, not the traceback
+                case.message = failure_record.legacy_message(case.message)
+                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), message=case.message)
         self.results.append(case)
 
     def expectation_status(self) -> list[dict]:

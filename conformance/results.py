@@ -17,8 +17,10 @@ from typing import Any
 
 SCHEMA = "opconform-results"
 # 2: dtype, failure details (largest error, rerun), expectations, clause index, environment.
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3: the failure record: failure.message (the verdict), example, largest_violation; a case's
+#    ``message`` is the verdict too, no longer pytest's traceback (a version-2 report's is).
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class Outcome(str, Enum):
@@ -42,7 +44,15 @@ class ResultsError(ValueError):
 
 @dataclass
 class Failure:
-    """What a failing case broke and how to rerun it (facts of the ConformanceError)."""
+    """The failure record: what a failing case broke, on which example, and how to rerun it.
+
+    ``message`` is the verdict, the ConformanceError's text (``[CLAUSE] ... got X, expected Y``);
+    ``example`` the falsifying example (``conformance.failure_record.example``: ``arguments``, a
+    name -> repr table of what the property drew and was parametrized with, without backend and
+    device, ``test``, ``reproduce_failure``, ``seed``); ``largest_violation`` the worst element
+    of a numeric comparison (``index``, ``got``, ``expected``, ``abs_error``, ``rel_error``,
+    ``allowed``); ``rerun`` the one command line that reruns the case. None where unknown.
+    """
 
     clause: str | None = None
     dtype: str | None = None
@@ -52,6 +62,9 @@ class Failure:
     # "Type: message" of an exception that is not a ConformanceError (the backend's own, raised
     # inside the property), reported under the property's first clause.
     error: str | None = None
+    message: str | None = None
+    example: dict | None = None
+    largest_violation: dict | None = None
 
 
 @dataclass

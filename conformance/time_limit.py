@@ -59,6 +59,7 @@ class TimeLimit:
             return (yield)
 
         def stop(signum, frame):
+            __tracebackhide__ = True  # the timeout's record says the limit; this frame is the suite's
             raise recorder.CaseTimeout(f"the case ran past the per-case time limit of {limit:g} s")
 
         previous = signal.signal(signal.SIGALRM, stop)

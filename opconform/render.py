@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 
+from opconform import render_failures as failures
 from opconform import report as rep
 
 SHORT = {
@@ -23,6 +24,27 @@ LEGEND = (
     "XPASS: passes although a manifest declares a failure (remove the entry); skip: skipped "
     "(reason in the report); n/i: the backend does not implement the op; -: not run"
 )
+RULE_LEGEND = (
+    "rule: a clause that is a rule of the suite itself (e.g. the tolerance table), applied by every case"
+)
+
+
+def matrix_rows(matrix: rep.Matrix, *, checked_only: bool) -> tuple[list[str], int]:
+    """The rows to show and how many were left out because every cell is n/i (the backends lack
+    the op: nothing to read there). ``checked_only`` also leaves out rows no case checked."""
+    rows, omitted = [], 0
+    for row in matrix.rows:
+        cells = [matrix.cell(row, c) for c in matrix.columns]
+        present = [c for c in cells if c is not None]
+        if present and all(c.state == rep.NOT_IMPLEMENTED for c in present):
+            omitted += 1
+        elif present or not checked_only:
+            rows.append(row)
+    return rows, omitted
+
+
+def omitted_line(omitted: int) -> list[str]:
+    return [f"({omitted} clause rows omitted: every cell n/i)"] if omitted else []
 
 
 def _cell_text(cell: rep.Cell | None) -> str:
@@ -46,7 +68,7 @@ def text(document: dict) -> str:
     lines = ["opconform summary (cases per backend@device):"]
     for column, counts in rep.backend_summary(document).items():
         lines.append("  " + _summary_line(column, counts))
-    rows = [r for r in matrix.rows if any((r, c) in matrix.cells for c in matrix.columns)]
+    rows, omitted = matrix_rows(matrix, checked_only=True)
     width = max([len(r) for r in rows] + [6])
     widths = [max(len(c), 9) for c in matrix.columns]
     lines += [
@@ -60,45 +82,14 @@ def text(document: dict) -> str:
             _cell_text(matrix.cell(row, c)).ljust(w) for c, w in zip(matrix.columns, widths, strict=True)
         ]
         lines.append(row.ljust(width) + "  " + "  ".join(cells).rstrip())
+    lines += omitted_line(omitted)
     lines.append(f"({LEGEND})")
     lines += _notes(document, matrix, bullet="  ")
     return "\n".join(lines)
 
 
-def failure_facts(result: dict, *, rel: bool = False) -> list[str]:
-    """What a broken case's failure line says: the clause it broke (the clauses it checks when
-    that is unknown: a crash, a setup error), what happened for a crash or a timeout, the dtype,
-    the largest errors, the exception raised."""
-    failure = result.get("failure") or {}
-    state, clauses = rep.case_state(result), ",".join(result.get("clauses") or [])
-    facts = ["crash: the worker running it died"] if state == rep.CRASH else []
-    if failure.get("clause"):
-        facts.append(f"clause {failure['clause']}")
-    elif clauses:
-        facts.append(f"checks {clauses}")
-    if failure.get("dtype") or result.get("dtype"):
-        facts.append(f"dtype {failure.get('dtype') or result.get('dtype')}")
-    for kind in ("abs", "rel") if rel else ("abs",):
-        if failure.get(f"largest_{kind}_error") is not None:
-            facts.append(f"largest {kind} error {failure[f'largest_{kind}_error']:.3g}")
-    error = failure.get("error")  # for a crash xdist's line, for a timeout the time limit
-    if state == rep.TIMEOUT:
-        facts.append(f"timeout: {error}" if error else "timeout")
-    elif error:
-        facts.append(error if state == rep.CRASH else f"raised {error}")
-    return facts
-
-
-def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s) -> list[str]:
-    lines = []
-    failures = rep.failures(document)
-    if failures:
-        lines += ["", f"Failures ({len(failures)}):"]
-        for result in failures:
-            failure = result.get("failure") or {}
-            lines.append(f"{bullet}{result['nodeid']} ({', '.join(failure_facts(result))})")
-            if failure.get("rerun"):
-                lines.append(f"{bullet}  rerun: {code(failure['rerun'])}")
+def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s, fence=False) -> list[str]:
+    lines = failures.notes(document, bullet=bullet, code=code, fence=fence)
     notes = [e for e in document.get("expectations") or [] if e.get("status") in ("stale", "unexpected pass")]
     if notes:
         lines += ["", "Expectations to update:"]
@@ -139,7 +130,8 @@ def markdown(document: dict) -> str:
         lines.append(f"| {column} | " + " | ".join(str(counts[s]) for s in rep.STATES) + " |")
     lines += ["", "## Matrix", "", "| family | clause | " + " | ".join(matrix.columns) + " |"]
     lines.append("|---" * (len(matrix.columns) + 2) + "|")
-    for row in matrix.rows:
+    rows, omitted = matrix_rows(matrix, checked_only=False)
+    for row in rows:
         cells = []
         for column in matrix.columns:
             cell = matrix.cell(row, column)
@@ -150,8 +142,8 @@ def markdown(document: dict) -> str:
                 label = "rule"
             cells.append(label)
         lines.append(f"| {matrix.families.get(row, '-')} | {row} | " + " | ".join(cells) + " |")
-    lines += ["", f"_{LEGEND}_"]
-    lines += _notes(document, matrix, bullet="- ", code=lambda s: f"`{s}`")
+    lines += ["", *omitted_line(omitted), f"_{LEGEND}; {RULE_LEGEND}_"]
+    lines += _notes(document, matrix, bullet="- ", code=lambda s: f"`{s}`", fence=True)
     return "\n".join(lines) + "\n"
 
 
@@ -252,7 +244,8 @@ def html_page(document: dict) -> str:
             f"<th data-column data-backend='{esc(backend)}' data-device='{esc(device)}'>{esc(column)}</th>"
         )
     parts.append("</tr></thead><tbody>")
-    for row in matrix.rows:
+    rows, omitted = matrix_rows(matrix, checked_only=False)
+    for row in rows:
         family = matrix.families.get(row, "-")
         parts.append(
             f"<tr data-family='{esc(family)}'><td>{esc(family)}</td>"
@@ -269,20 +262,21 @@ def html_page(document: dict) -> str:
                 f"data-device='{esc(device)}' title='{esc(title)}'>{esc(label)}</td>"
             )
         parts.append("</tr>")
-    parts.append(f"</tbody></table><p><small>{esc(LEGEND)}</small></p>")
-    failures = rep.failures(document)
-    parts.append(f"<h2>Failures ({len(failures)})</h2>")
-    for result in failures:
-        failure = result.get("failure") or {}
-        parts.append(
-            f"<details class='failure'><summary>{esc(result['nodeid'])}</summary>"
-            f"<p>{esc('; '.join(failure_facts(result, rel=True)))}</p>"
-            f"<p>rerun: <code>{esc(str(failure.get('rerun')))}</code></p>"
-            f"<pre>{esc(result.get('message', ''))}</pre></details>"
-        )
-    entries = document.get("expectations") or []
+    legend = " ".join([*omitted_line(omitted), f"{LEGEND}; {RULE_LEGEND}"])
+    parts.append(f"</tbody></table><p><small>{esc(legend)}</small></p>")
+    parts += failures.html_parts(document)
+    # Other backends' manifests (the built-in ones, in a run of a user's backend) are not listed.
+    run_backends = set(document.get("backends") or [])
+    entries = [
+        e for e in document.get("expectations") or [] if not run_backends or e.get("backend") in run_backends
+    ]
+    others = len(document.get("expectations") or []) - len(entries)
+    if entries or others:
+        parts.append("<h2>Expectations</h2>")
+    if others:
+        parts.append(f"<p id='other-manifests'>{others} entries of backends not in this run omitted</p>")
     if entries:
-        parts.append("<h2>Expectations</h2><table id='expectations'><tr><th>entry</th><th>backend</th>")
+        parts.append("<table id='expectations'><tr><th>entry</th><th>backend</th>")
         parts.append("<th>target</th><th>reason</th><th>status</th><th>note</th></tr>")
         for entry in entries:
             target = entry.get("clause") or entry.get("test")

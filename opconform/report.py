@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance import results
+from conformance import failure_record, results
 from conformance.results import SCHEMA, Outcome
 
 # Cell and case states, most severe first: a cell shows the most severe state of its cases.
@@ -150,6 +150,62 @@ def coverage(document: dict, matrix: Matrix | None = None) -> dict:
 
 def failures(document: dict) -> list[dict]:
     return [r for r in document["results"] if case_state(r) in BROKEN]
+
+
+def bad_input(result: dict) -> bool:
+    """A failure of a bad-input clause (``*-ERRORS``, a ``rejected`` property): an echo that a
+    backend accepts what it should refuse, listed after the numeric failures."""
+    clause = (result.get("failure") or {}).get("clause") or ""
+    return clause.endswith("-ERRORS") or "rejected" in result["nodeid"].partition("::")[2]
+
+
+def example_size(result: dict) -> tuple:
+    """The size of a failure's falsifying example (``conformance.failure_record.size``)."""
+    return failure_record.size((result.get("failure") or {}).get("example"))
+
+
+@dataclass
+class Cause:
+    """The failures of one op on one backend@device: likely one bug, its smallest example first."""
+
+    column: str
+    op: str | None
+    failures: list[dict]  # conformance failures by example size, then bad-input failures
+
+    @property
+    def smallest(self) -> dict:
+        return self.failures[0]
+
+    @property
+    def clauses(self) -> list[str]:
+        found = [
+            (f.get("failure") or {}).get("clause") or ",".join(f.get("clauses") or []) for f in self.failures
+        ]
+        return list(dict.fromkeys(c for c in found if c))
+
+
+def causes(document: dict) -> list[Cause]:
+    """Root cause first: each backend@device's failures grouped per op, each group opening with
+    its smallest falsifying example (``example_size``) and naming its failing clauses; groups with a
+    conformance failure before bad-input-only groups, then by their smallest example. Columns in
+    the matrix's order."""
+    order = {c: i for i, c in enumerate(build_matrix(document).columns)}
+    groups: dict[tuple[str, str | None], list[dict]] = defaultdict(list)
+    for result in failures(document):
+        groups[column_of(result), result.get("op")].append(result)
+    found = []
+    for (column, op), members in groups.items():
+        members.sort(key=lambda r: (bad_input(r), example_size(r), r["nodeid"]))
+        found.append(Cause(column, op, members))
+    return sorted(
+        found,
+        key=lambda c: (
+            order.get(c.column, len(order)),
+            bad_input(c.smallest),
+            example_size(c.smallest),
+            str(c.op),
+        ),
+    )
 
 
 def conforms(document: dict) -> bool:

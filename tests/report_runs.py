@@ -2,7 +2,9 @@
 
 Two runs of the same small selection (three activation properties, backends ``native`` and the
 test-local ``deviating``): ``declared`` with a manifest that declares deviating's GEGLU error,
-plus an unexpected pass, an unsupported op and a stale entry; ``undeclared`` without it. Under
+plus an unexpected pass, an unsupported op and a stale entry; ``undeclared`` without it, and
+with ``report_backends.BROKEN`` beside them (a numeric and a bad-input failure of one op, a
+backend's own exception: the failure records), in the same process to save a start. Under
 pytest-xdist the workers share one copy through a lock in the session's common temp directory.
 """
 
@@ -19,6 +21,11 @@ from suite_runner import produced_once
 REPO = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 SELECTION = "geglu_matches or silu_and_mul_matches or swiglu_step_matches"
+# The BROKEN backends' failing properties only (what passes is checked with the other backends).
+BROKEN_SELECTION = (
+    "geglu_matches and accepting or silu_and_mul_matches and raising"
+    " or gated_errors and (bad-approximate or odd-last-dim)"
+)
 
 MANIFEST = """\
 # The deviating backend's declared expectations (tests/report_runs.py).
@@ -70,10 +77,15 @@ def _produce(root: Path) -> dict:
     common += ["--device", "cpu", "-n", "0"]  # in this process: no case here needs a supervised worker
     started = time.perf_counter()
     procs = {}
-    # The two runs are independent: run them side by side (most of each is importing torch).
-    for name, extra in (("declared", ["--expectations", str(manifest)]), ("undeclared", [])):
-        command = [sys.executable, "-m", "opconform.cli", "run", *common, *extra, "--out", str(root / name),
-                   "--", "-k", SELECTION]  # fmt: skip
+    # The runs are independent: run them side by side (most of each is importing torch).
+    undeclared = f"({SELECTION}) and (native or deviating) or {BROKEN_SELECTION}"
+    broken = ["--backend-module", "report_backends:BROKEN"]
+    for name, args in (
+        ("declared", [*common, "--expectations", str(manifest), "--", "-k", SELECTION]),
+        ("undeclared", [*common, *broken, "--", "-k", undeclared]),
+    ):
+        command = [sys.executable, "-m", "opconform.cli", "run", *args[: args.index("--")], "--out",
+                   str(root / name), *args[args.index("--") :]]  # fmt: skip
         procs[name] = subprocess.Popen(
             command, cwd=root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )

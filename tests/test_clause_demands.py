@@ -217,7 +217,7 @@ def test_wrong_dtype_activation_fails_the_property_clause(tmp_path):
     failed = {}
     for case in results["results"]:
         test = case["nodeid"].split("[")[0].rsplit("/", 1)[-1]  # conformance/test_x.py::test_y
-        lines = re.findall(r"ConformanceError: (\[[A-Z-]+\] .*)", case.get("message") or "")
+        lines = re.findall(r"^(\[[A-Z-]+\] .*)", case.get("message") or "", re.M)  # the verdict
         failure = case.get("failure") or {}
         failed[test] = (case["outcome"], failure.get("clause"), failure.get("dtype"), (lines or [""])[0])
     assert set(failed) == set(WRONG_DTYPE_PROPERTIES), failed

@@ -75,8 +75,8 @@ def one_line(case: dict) -> str:
     error = (case.get("failure") or {}).get("error")
     if error:
         return error
-    lines = [line for line in (case.get("message") or "").splitlines() if "ConformanceError: [" in line]
-    return lines[0].split("ConformanceError: ", 1)[1] if lines else ""
+    lines = [line for line in (case.get("message") or "").splitlines() if line.startswith("[")]
+    return lines[0] if lines else ""  # the message is the verdict, "[CLAUSE] ..." (results version 3)
 
 
 def _catalogue_run(cwd: Path) -> dict:

@@ -53,6 +53,7 @@ def test_rerun_line_works_from_the_start_folder_with_filters_and_skip_reasons(tm
     assert rerun.returncode == 1, output[-3000:]
     assert "1 failed" in output and "NORM-RMS" in output, output[-3000:]
     assert "test_rms_norm_matches_oracle[noisy-eps-outside-sqrt-cpu]" in output
+    assert "FAILED test_norms.py::test_rms_norm_matches_oracle[" in output and "FAILED ::" not in output
 
 
 def test_rerun_target_without_the_item_names_the_suite_module_or_an_absolute_path(tmp_path):

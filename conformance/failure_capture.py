@@ -1,0 +1,92 @@
+"""How a failing case's record is taken from the run, and how pytest shows it.
+
+``record`` fills the failure record (``conformance.results.Failure``) from what the failure
+itself carries: the ConformanceError's text and largest violation, the case's parameters, the
+notes Hypothesis attached to the exception (``conformance.failure_record.example``), the rerun
+line; never from the suite's source. ``shorten`` replaces pytest's traceback of a suite case (the
+source of the checks and the property, about 60 lines) by the record's lines, unless the run
+asked for a traceback style (``--tb=long``, ``--tb=short``, ``--tb=native``...): pytest's
+default ``--tb=auto`` shows the verdict, the example and the rerun.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance import failure_record
+
+# Frames of these packages are the suite's or the harness's: a backend's own exception is shown
+# with its frames outside them (the user's code), never the suite's lines.
+SUITE_PACKAGES = ("conformance", "reference", "hypothesis", "_pytest", "pluggy", "pytest")
+MAX_FRAMES = 6
+
+
+def _notes(exc: BaseException | None) -> list[str]:
+    return [str(n) for n in getattr(exc, "__notes__", None) or []]
+
+
+def record(item, info: dict, *, error, raised, command: str, call_exc) -> dict:
+    """The failure dict of a failing case: the ConformanceError ``error``, or ``raised`` (the
+    backend's own exception, reported under the property's first clause)."""
+    clause = getattr(error, "clause", None) or (info["clauses"][0] if raised and info["clauses"] else None)
+    where = f"{info['op']} on backend {info['backend']!r} @ {info['device']}" if info.get("op") else None
+    if error is not None:
+        message = str(error)
+    else:
+        first = f"raised {type(raised).__name__}: {raised}".splitlines()[0] if raised else "failed"
+        if type(raised).__name__ == "CaseTimeout":  # recorder.CaseTimeout: the time limit's line
+            first = f"timeout: {raised}"
+        said = ": ".join(part for part in (where, first) if part)
+        message = f"[{clause}] {said}" if clause else said
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    notes = _notes(error if error is not None else raised) or _notes(call_exc)
+    seed = item.config.getoption("hypothesis_seed", None)
+    return {
+        "clause": clause,
+        "error": f"{type(raised).__name__}: {raised}".splitlines()[0] if raised else None,
+        "largest_abs_error": getattr(error, "max_abs_error", None),
+        "largest_rel_error": getattr(error, "max_rel_error", None),
+        "rerun": command,
+        "message": message,
+        "example": failure_record.example(params, notes, seed=seed),
+        "largest_violation": getattr(error, "violation", None),
+    }
+
+
+def _outside_frames(excinfo) -> list[str]:
+    """``path:line in function`` of the innermost frames outside the suite and the harness."""
+    frames = []
+    for entry in getattr(excinfo, "traceback", None) or []:
+        parts = Path(str(entry.path)).parts
+        if not any(package in parts for package in SUITE_PACKAGES):
+            frames.append(f"  at {entry.path}:{entry.lineno + 1} in {entry.name}")
+    return frames[-MAX_FRAMES:]
+
+
+def shorten(config, report, failure: dict, excinfo) -> bool:
+    """Show ``failure``'s lines as the report's traceback (``--tb=auto`` only); True if done."""
+    if config.getoption("tbstyle", "auto") != "auto" or report.longrepr is None:
+        return False
+    from _pytest._code.code import ExceptionChainRepr, ReprEntryNative, ReprFileLocation, ReprTraceback
+
+    shown = failure_record.lines(failure)
+    if failure.get("error"):
+        shown[1:1] = _outside_frames(excinfo)
+    crash = getattr(report.longrepr, "reprcrash", None)
+    location = ReprFileLocation(
+        str(getattr(crash, "path", report.location[0])), getattr(crash, "lineno", 0), shown[0]
+    )
+    body = ReprTraceback([ReprEntryNative([line + "\n" for line in shown])], None, "native")
+    sections = list(getattr(report.longrepr, "sections", []))
+    report.longrepr = ExceptionChainRepr([(body, location, None)])
+    for section in sections:
+        report.longrepr.addsection(*section)
+    return True
+
+
+def display_nodeid(nodeid: str, location_path: str | None) -> str:
+    """A node id with its file: a module named on the command line (the rerun's ``--pyargs
+    conformance.test_x::...``) gets the empty path ``::test_...`` from pytest."""
+    if nodeid.startswith("::") and location_path:
+        return Path(location_path).name + nodeid
+    return nodeid
