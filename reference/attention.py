@@ -14,7 +14,7 @@ import math
 import torch
 
 from reference.masks import encoder_attention_mask, require_window, validate_padding_mask, validate_seq_lens
-from reference.validation import require_float_tensor, require_positive_finite
+from reference.validation import require_float_tensor, require_positive_finite, require_same_dtype
 
 __all__ = [
     "QUERY_BLOCK",
@@ -41,6 +41,7 @@ def validate_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
     require_float_tensor(q, "q", 4)
     require_float_tensor(k, "k", 4)
     require_float_tensor(v, "v", 4)
+    require_same_dtype("q", q.dtype, k=k, v=v)
     batch, q_heads, q_len, head_dim = q.shape
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} and v {tuple(v.shape)}")
