@@ -1,4 +1,4 @@
-"""Oracles for the attention contracts: spec/attention.md.
+"""Oracles for the attention contracts (clauses ATTN-*, PREFILL-DECODE).
 
 Float64 throughout. ``attention`` works in blocks of query rows, so its extra memory is
 O(block x Sk) per head instead of O(Sq x Sk); within a block it reads only the span of keys
@@ -70,6 +70,7 @@ def attention(
 ) -> torch.Tensor:
     """ATTN: softmax(scale * q k^T restricted to ``allowed``) v, in float64; shape [B, Hq, Sq, D].
 
+    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (BNSD, one dtype), ``scale`` explicit (ATTN-SCALE).
     ``allowed`` is bool, True = attend, broadcastable to [B, Hq, Sq, Sk]. GQA: query head h
     reads k/v head h // (Hq / Hkv). A query row with no allowed key returns zeros. A key
     that is not allowed gets probability exactly 0 (its score is never exponentiated) and its
@@ -171,6 +172,8 @@ def prefill_attention(
 ) -> torch.Tensor:
     """ATTN-PREFILL: ATTN with allowed = MASK-ENC(S, sliding_window, padding_mask); Sq = Sk = S.
 
+    q [B, Hq, S, D], k and v [B, Hkv, S, D] (BNSD, one dtype; Hq a multiple of Hkv, GQA);
+    ``padding_mask`` None or [B, S] (True / 1 = a real key token); returns [B, Hq, S, D] float64.
     Rows of padded query tokens are unspecified (the properties exclude them).
     """
     _, q_len, sliding_window, padding_mask = validate_prefill_args(

@@ -1,4 +1,4 @@
-"""Oracle for serving attention: spec/serving.md (SERVE and its clauses).
+"""Oracle for serving attention (SERVE and its clauses, SERVE-*).
 
 Float64 per sequence: a sequence reads only the blocks that hold the keys some of its queries
 may see (positions ``e_b .. L_b - 1``, SERVE-EVICT), upcast just those, and works in blocks of
@@ -254,7 +254,12 @@ def paged_attention(
     sinks: torch.Tensor | None,
     scale: float,
 ) -> torch.Tensor:
-    """SERVE: out [T, Hq, Dv] in float64 on q's device; see spec/serving.md for every clause."""
+    """SERVE: out [T, Hq, Dv] in float64 on q's device (and SERVE-PAGED ... SERVE-ERRORS).
+
+    q [T, Hq, Dqk] (packed THD), k_cache [num_blocks, block_size, Hkv, Dqk], v_cache [..., Dv]
+    (one dtype with q); block_table [B, max_blocks], cu_seqlens_q [B + 1], seq_lens [B] integer
+    tensors (the queries are each sequence's LAST positions); sinks None or [Hq]; ``scale`` explicit.
+    """
     meta = validate_paged_args(
         q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
         sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,

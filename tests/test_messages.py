@@ -128,3 +128,22 @@ def test_numpy_is_a_dependency_since_torch_warns_without_it():
     assert "Failed to initialize NumPy" in proc.stderr, proc.stderr
     dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.split(";")[0].strip().startswith("numpy") for d in dependencies), dependencies
+
+
+def test_public_docstrings_name_clauses_not_paths_and_say_layouts():
+    """An installed wheel has no spec/ folder: the public oracles and protocols cite clause IDs."""
+    import importlib
+    import inspect
+
+    from backends import protocols
+
+    public = [
+        getattr(protocols, name) for name in protocols.__all__ if inspect.isclass(getattr(protocols, name))
+    ]
+    for module in ("activations", "attention", "masks", "norms", "scheduler", "serving", "serving_windows"):
+        mod = importlib.import_module(f"reference.{module}")
+        public += [mod, *(getattr(mod, name) for name in getattr(mod, "__all__", ()))]
+    cited = {getattr(obj, "__qualname__", getattr(obj, "__name__", "")): obj.__doc__ or "" for obj in public}
+    assert not [name for name, doc in cited.items() if "spec/" in doc]
+    assert "[B, Hq, S, D]" in attention.prefill_attention.__doc__
+    assert "[T, Hq, Dqk]" in serving.paged_attention.__doc__
