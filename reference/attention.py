@@ -226,5 +226,6 @@ def decode_attention(
         keys = k_cache[b : b + 1, :, start:length].detach().to(torch.float64)
         values = v_cache[b : b + 1, :, start:length].detach().to(torch.float64)
         visible = torch.ones(1, 1, 1, length - start, dtype=torch.bool, device=q.device)
-        outputs.append(attention(q[b : b + 1], keys, values, allowed=visible, scale=scale))
+        query = q[b : b + 1].detach().to(torch.float64)  # exact; one dtype with keys (ATTN-ERRORS)
+        outputs.append(attention(query, keys, values, allowed=visible, scale=scale))
     return torch.cat(outputs)

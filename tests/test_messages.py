@@ -147,3 +147,11 @@ def test_public_docstrings_name_clauses_not_paths_and_say_layouts():
     assert not [name for name, doc in cited.items() if "spec/" in doc]
     assert "[B, Hq, S, D]" in attention.prefill_attention.__doc__
     assert "[T, Hq, Dqk]" in serving.paged_attention.__doc__
+
+
+def test_decode_oracle_accepts_its_own_low_precision_inputs():
+    """The one-dtype rule (ATTN-ERRORS) is not broken by the decode oracle itself: it hands its
+    float64 key window to ``attention`` with the query upcast too (a regression: bf16 q failed)."""
+    q, cache = torch.randn(2, 2, 1, 8).bfloat16(), torch.randn(2, 1, 5, 8).bfloat16()
+    out = attention.decode_attention(q, cache, cache, torch.tensor([3, 5]), sliding_window=2, scale=0.3)
+    assert out.shape == (2, 2, 1, 8) and out.dtype == torch.float64
