@@ -28,7 +28,8 @@ __all__ = [
 
 
 class ActivationOps(Protocol):
-    """spec/activations.md (reference/activations.py)."""
+    """The activation ops (ACT-* clauses; oracles in ``reference.activations``): x [..., 2d] ->
+    [..., d] for the gated ops (gate = the left half), [...] -> [...] for the elementwise GELUs."""
 
     def gelu_and_mul(self, x: torch.Tensor, *, approximate: str) -> torch.Tensor: ...
 
@@ -65,7 +66,8 @@ class ActivationOps(Protocol):
 
 
 class MaskOps(Protocol):
-    """spec/masks.md (reference/masks.py): boolean masks and the window converters."""
+    """Boolean masks and the window converters (MASK-*, WINDOW-CONV; ``reference.masks``): the
+    encoder mask [S, S] or [B, 1, S, S] (True = attend), the decode mask [B, 1, kv_len] (True = masked)."""
 
     def encoder_attention_mask(
         self,
@@ -86,7 +88,8 @@ class MaskOps(Protocol):
 
 
 class AttentionOps(Protocol):
-    """spec/attention.md (reference/attention.py)."""
+    """Dense attention (ATTN-*; ``reference.attention``): q [B, Hq, Sq, D], k/v [B, Hkv, Sk, D]
+    (BNSD, one dtype, GQA), returning [B, Hq, Sq, D] in q's dtype; decode q is [B, Hq, 1, D]."""
 
     def attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, allowed: torch.Tensor, scale: float
@@ -116,7 +119,7 @@ class AttentionOps(Protocol):
 
 
 class DPMScheduler(Protocol):
-    """What ``dpm_scheduler(**config)`` returns (reference/scheduler.py's DPMSolverMultistep)."""
+    """What ``dpm_scheduler(**config)`` returns (DPM-*; ``reference.scheduler.DPMSolverMultistep``)."""
 
     timesteps: torch.Tensor
     sigmas: torch.Tensor
@@ -135,7 +138,7 @@ class DPMScheduler(Protocol):
 
 
 class SchedulerOps(Protocol):
-    """spec/scheduler.md: the diffusers ``DPMSolverMultistepScheduler`` configuration keywords."""
+    """The scheduler op (DPM-*): the diffusers ``DPMSolverMultistepScheduler`` configuration keywords."""
 
     def dpm_scheduler(self, **config: Any) -> DPMScheduler: ...
 
@@ -183,7 +186,7 @@ def protocol_ops(protocol: type) -> list[str]:
 
 
 class NormOps(Protocol):
-    """spec/norms.md (reference/norms.py)."""
+    """RMSNorm ops (NORM-*; ``reference.norms``): x [..., d], weight [d], residual x's shape."""
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor: ...
 
@@ -209,7 +212,7 @@ OPS.update({op: "norms" for op in protocol_ops(NormOps)})
 
 
 class ServingOps(Protocol):
-    """spec/serving.md (reference/serving.py): paged, ragged, extend attention and window selection."""
+    """Paged, ragged, extend attention and window selection (SERVE-*; ``reference.serving``)."""
 
     def paged_attention(
         self,

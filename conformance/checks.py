@@ -95,6 +95,7 @@ def assert_close(
     atol_scale: torch.Tensor | None = None,
     dtype: torch.dtype | None = None,
     device: torch.device | str | None = None,
+    expected_as: str = "expected",
 ) -> None:
     """|actual - expected| <= atol * atol_scale + rtol*|expected| elementwise, NaN only where
     expected is NaN.
@@ -105,6 +106,8 @@ def assert_close(
     ``up`` factor of a gated activation, spec/tolerances.md). ``actual`` that is not a tensor
     (None, a list), a meta tensor, or, when ``device`` / ``dtype`` are given, a tensor on another
     device type or of another dtype fails ``clause`` saying what was returned (check_output).
+    ``expected_as`` names ``expected`` in the message: a metamorphic clause compares two results of
+    the backend itself, so its "expected" is, e.g., the backend's ``one-shot result``.
     """
     __tracebackhide__ = True  # a failure shows its verdict, not this source
     check_output(actual, expected, clause=clause, context=context, dtype=dtype, device=device)
@@ -136,7 +139,8 @@ def assert_close(
     if bool(nan_mismatch.any()):
         where = _index(int(nan_mismatch.flatten().nonzero()[0]), got.shape)
         lines.append(
-            f"  NaN mismatch at index {where}: got {got[where].item()!r}, expected {want[where].item()!r}"
+            f"  NaN mismatch at index {where}: got {got[where].item()!r}, "
+            f"{expected_as} {want[where].item()!r}"
         )
     # The largest violation is a violating element: a NaN or inf mismatch (an unbounded error) first,
     # never a position where both are NaN (its 0 / NaN excess would win argmax).
@@ -161,7 +165,7 @@ def assert_close(
             error = f"abs {abs_err.flatten()[flat].item():.3g}, rel {rel_err.flatten()[flat].item():.3g}"
         lines.append(
             f"  largest {label} at index {where}: {error}, allowed {allowed_flat[flat].item():.3g}; "
-            f"got {got[where].item()!r}, expected {want[where].item()!r}"
+            f"got {got[where].item()!r}, {expected_as} {want[where].item()!r}"
         )
     raise ConformanceError(
         clause,

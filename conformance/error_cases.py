@@ -37,10 +37,30 @@ class ErrorCase:
     def id(self) -> str:
         return f"{self.op}-{self.name}"
 
+    def bad_input(self, device: torch.device | str = "cpu") -> str:
+        """The bad argument(s) as ``name=value`` (those whose name ``match`` names; all of them when
+        none does), e.g. ``approximate='erf'``: what a failure message shows, not the record's id."""
+        from conformance.signatures import protocol_signature
+
+        args, kwargs = self.build(device)
+        names = [p.name for p in protocol_signature(self.op)[1].parameters.values()]
+        given = {**dict(zip(names, args, strict=False)), **kwargs}
+        bad = {k: v for k, v in given.items() if re.search(self.match, k)} or given
+        return ", ".join(f"{k}={_shown(v)}" for k, v in bad.items())
+
     def call(self, impl, device: torch.device | str = "cpu"):
         """Call ``impl.op`` (an oracle module or a backend) on this bad input built on ``device``."""
         args, kwargs = self.build(device)
         return getattr(impl, self.op)(*args, **kwargs)
+
+
+def _shown(value) -> str:
+    """A value as a message shows it: small integer tensors by their values, others by shape/dtype."""
+    if not isinstance(value, torch.Tensor):
+        return f"{value!r:.80}"
+    if not value.is_floating_point() and not value.is_complex() and value.numel() <= 16:
+        return f"tensor({value.tolist()}, dtype={value.dtype})"
+    return f"tensor(shape={tuple(value.shape)}, dtype={value.dtype})"
 
 
 def names(*arguments: str) -> str:
@@ -286,6 +306,12 @@ ATTENTION_ERRORS = [
         "prefill_attention", "batch-mismatch", _prefill(lambda d: (_qkv(d)[0], *_qkv(d, batch=2)[1:])), *QKV
     ),
     _attention("prefill_attention", "lengths-differ", _prefill(lambda d: _qkv(d, q_len=3)), *QKV),
+    _attention(
+        "prefill_attention",
+        "dtypes-differ",
+        _prefill(lambda d: (_qkv(d, dtype=torch.float16)[0], *_qkv(d)[1:])),
+        "k",
+    ),
     _attention("prefill_attention", "window-zero", _prefill(sliding_window=0), "sliding_window"),
     _attention(
         "prefill_attention",
@@ -314,7 +340,7 @@ def check_backend_raises(case: ErrorCase, backend, device) -> None:
         lambda: case.call(backend, device),
         clause=case.clause,
         match=case.match,
-        context=f"{describe(backend, device, case.op)}: bad input {case.name!r}",
+        context=f"{describe(backend, device, case.op)}: bad input {case.bad_input(device)}",
     )
 
 

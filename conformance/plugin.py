@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+import conformance.signatures as signatures
 from conformance import activation, failfast, options, profiles, recorder, rerun, spec_index, time_limit
 from conformance import expectations as manifests
 from conformance.activation import state
@@ -198,6 +199,8 @@ def activate(config) -> None:
     recorder: once, when an opconform option is given or the suite is first collected."""
     if state(config) is not None:
         return
+    if config.getoption("backend_module"):  # importable from the start folder, as under python -m
+        signatures.start_folder_on_path(config.invocation_params.dir)
     activation.check_not_shadowed()
     why = options.unwritable(config.getoption("opconform_json"))
     if why:  # found after every case had run, it was a traceback and no report
@@ -214,6 +217,7 @@ def activate(config) -> None:
     config.pluginmanager.register(time_limit.TimeLimit(config, profile), "opconform-time-limit")
     run = activation.State(_select_backends(config), _select_devices(config), profile=profile)
     run.loaded_profile = loaded
+    signatures.check_loaded(config, run.backends)  # one line per mismatched op, printed now
     if config.getoption("device"):  # devices asked for by name that are absent: the run must not pass
         run.absent = {d: absent_reason(d) for d in run.devices if absent_reason(d)}
     try:
@@ -238,6 +242,12 @@ def activate(config) -> None:
     config.stash[activation.STATE] = run
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(recorder.ResultsRecorder(config), "opconform-results")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    """A case of an op whose signature misses its protocol fails with that one line, unrun."""
+    signatures.fail_mismatched(item)
 
 
 def pytest_collectstart(collector):

@@ -75,6 +75,7 @@ SERVING_ERRORS = [
     _serve("v-cache-blocks-differ", "v_cache", v_cache=_ones(5, 2, 1, 16)),
     _serve("v-cache-block-size-differs", "v_cache", v_cache=_ones(4, 3, 1, 16)),
     _serve("v-cache-kv-heads-differ", "v_cache", v_cache=_ones(4, 2, 2, 16)),
+    _serve("q-dtype-differs", "k_cache", q=_ones(3, 2, 16, dtype=torch.float16)),
     _serve("k-cache-head-dim", "k_cache", k_cache=_ones(4, 2, 1, 8), v_cache=_ones(4, 2, 1, 8)),
     _serve(
         "heads-not-multiple",
@@ -97,6 +98,7 @@ SERVING_ERRORS = [
     _serve("cu-seqlens-empty-sequence", "cu_seqlens_q", cu_seqlens_q=_ints([0, 0, 3])),
     _serve("cu-seqlens-decreasing", "cu_seqlens_q", cu_seqlens_q=_ints([0, 4, 3])),
     _serve("seq-lens-count", "seq_lens", seq_lens=_ints([3])),
+    _serve("block-table-extra-row", "block_table", block_table=_ints([[0, 1], [2, 3], [0, 1]])),
     _serve("query-longer-than-sequence", "seq_lens", seq_lens=_ints([3, 1])),
     _serve("block-table-too-short", "block_table", block_table=_ints([[0], [2]])),
     _serve("block-id-too-large", "block_table", block_table=_ints([[0, 4], [2, 3]])),

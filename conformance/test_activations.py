@@ -264,6 +264,7 @@ def test_gated_output_layout(backend, device, op, data, recipe):
         family=FAMILY,
         atol_scale=_atol_scale(op, x, options),
         context=f"{context}: {recipe.layout} view vs its contiguous copy",
+        expected_as="backend's contiguous-copy result",
     )
 
 

@@ -26,7 +26,7 @@ FAMILY = "attention"
 NAN_EXAMPLES = profiles.share_of_examples(1 / 3)
 
 
-def compare(out, want, v, *, clause, context, rows=None, valid_keys=None):
+def compare(out, want, v, *, clause, context, rows=None, valid_keys=None, expected_as="expected"):
     """assert_close on the rows that the clause compares (``rows``: bool [B, Sq], default all)."""
     if rows is not None:
         keep = rows.cpu()[:, None, :, None]
@@ -38,6 +38,7 @@ def compare(out, want, v, *, clause, context, rows=None, valid_keys=None):
         family=FAMILY,
         atol_scale=value_scale(v, want.shape[1], valid_keys),
         context=context,
+        expected_as=expected_as,
     )
 
 
@@ -187,7 +188,8 @@ def test_decode_equals_prefill_row(backend, device, data, recipe):
         backend, device, "decode_attention vs prefill_attention", recipe=recipe,
         positions=positions.tolist(), sliding_window=sliding_window,
     )  # fmt: skip
-    compare(decode, prefill_rows.detach().cpu().double(), v, clause="PREFILL-DECODE", context=context)
+    compare(decode, prefill_rows.detach().cpu().double(), v, clause="PREFILL-DECODE", context=context,
+            expected_as="backend's prefill row")  # fmt: skip
 
 
 @pytest.mark.clause("ATTN-SCALE")
@@ -229,6 +231,7 @@ def test_additive_mask_in_query_dtype_equals_bool(backend, device, recipe):
     compare(
         from_float, from_bool.detach().cpu().double(), v, clause="ATTN-FLOAT-MASK",
         context=describe(backend, device, "attention", recipe=recipe, mask=f"additive {q.dtype}"),
+        expected_as="backend's bool-mask result",
     )  # fmt: skip
 
 

@@ -69,11 +69,11 @@ def packed_value_scale(batch) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def compare(out, want, batch, *, clause: str, context: str) -> None:
+def compare(out, want, batch, *, clause: str, context: str, expected_as: str = "expected") -> None:
     """assert_close by ATTN-TOL, the output in q's dtype on q's device (SERVE)."""
     assert_close(
         out, want, clause=clause, context=context, family=FAMILY, atol_scale=packed_value_scale(batch),
-        dtype=batch.q.dtype, device=batch.device,
+        dtype=batch.q.dtype, device=batch.device, expected_as=expected_as,
     )  # fmt: skip
 
 
@@ -90,8 +90,10 @@ def check_oracle(backend, device, recipe, *, clause: str, poison=None, evict=Fal
 
 
 def same_backend(out, want, batch, *, clause: str, context: str) -> None:
-    """A metamorphic comparison: two results of one backend, the second taken as the expected."""
-    compare(out, want.detach().cpu().double(), batch, clause=clause, context=context)
+    """A metamorphic comparison: two results of one backend, the second (its one-shot or reference
+    run) taken as the expected, and named so in the message."""
+    compare(out, want.detach().cpu().double(), batch, clause=clause, context=context,
+            expected_as="backend's own reference run")  # fmt: skip
 
 
 @pytest.mark.clause("SERVE")

@@ -191,6 +191,24 @@ class ResidualRoundedToInputDtype(NativeBackend):
         return normed, total.to(torch.promote_types(x.dtype, residual.dtype))
 
 
+class EpsilonKeyword(NativeBackend):
+    """RMSNorm taking ``epsilon=1e-6`` (a keyword the protocol does not have) instead of the
+    keyword-only ``eps``: every call the suite makes would raise ``unexpected keyword argument``.
+
+    Origin: a kernel binding that keeps its kernel's own parameter name (``epsilon``) and
+    default instead of the contract's keyword-only ``eps``.
+    The load-time signature check (conformance/signatures.py) fails its rms_norm cases with one
+    line naming ``eps``.
+    Caught by: NORM-RMS, NORM-EPS.
+    """
+
+    name = "rms-norm-epsilon-keyword"
+    clauses = {"NORM-RMS", "NORM-EPS"}
+
+    def rms_norm(self, x, weight, epsilon=1e-6):
+        return super().rms_norm(x, weight, eps=epsilon)
+
+
 BACKENDS = [
     GemmaWeightNotPlusOne(),
     RmsNormBf16Compute(),
@@ -202,4 +220,5 @@ BACKENDS = [
     AssumesContiguousRows(),
     GemmaCastBeforeWeight(),
     ResidualRoundedToInputDtype(),
+    EpsilonKeyword(),
 ]

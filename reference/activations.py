@@ -1,4 +1,4 @@
-"""Oracles for the activation contracts: spec/activations.md.
+"""Oracles for the activation contracts (clauses ACT-*).
 
 All oracles compute in float64 from the given input values and return float64 on the input's
 device. They are written from the formulas in the spec, not from ``torch.nn.functional``, so
@@ -67,7 +67,10 @@ def silu(x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu_and_mul(x: torch.Tensor, *, approximate: str = "none") -> torch.Tensor:
-    """ACT-GEGLU: gelu(x[..., :d], approximate) * x[..., d:], d = x.shape[-1] // 2 (GELU on the LEFT half)."""
+    """ACT-GEGLU: gelu(x[..., :d], approximate) * x[..., d:], d = x.shape[-1] // 2 (GELU on the LEFT half).
+
+    x [..., 2d] floating -> [..., d] float64; ``approximate`` "none" (erf) or "tanh", no default.
+    """
     d = validate_gated_input(x)
     require_choice(approximate, "approximate", APPROXIMATE_MODES)
     x = x.detach().to(torch.float64)

@@ -1,4 +1,4 @@
-"""Oracles for the attention contracts: spec/attention.md.
+"""Oracles for the attention contracts (clauses ATTN-*, PREFILL-DECODE).
 
 Float64 throughout. ``attention`` works in blocks of query rows, so its extra memory is
 O(block x Sk) per head instead of O(Sq x Sk); within a block it reads only the span of keys
@@ -14,7 +14,7 @@ import math
 import torch
 
 from reference.masks import encoder_attention_mask, require_window, validate_padding_mask, validate_seq_lens
-from reference.validation import require_float_tensor, require_positive_finite
+from reference.validation import require_float_tensor, require_positive_finite, require_same_dtype
 
 __all__ = [
     "QUERY_BLOCK",
@@ -41,6 +41,7 @@ def validate_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
     require_float_tensor(q, "q", 4)
     require_float_tensor(k, "k", 4)
     require_float_tensor(v, "v", 4)
+    require_same_dtype("q", q.dtype, k=k, v=v)
     batch, q_heads, q_len, head_dim = q.shape
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} and v {tuple(v.shape)}")
@@ -69,6 +70,7 @@ def attention(
 ) -> torch.Tensor:
     """ATTN: softmax(scale * q k^T restricted to ``allowed``) v, in float64; shape [B, Hq, Sq, D].
 
+    q [B, Hq, Sq, D], k and v [B, Hkv, Sk, D] (BNSD, one dtype), ``scale`` explicit (ATTN-SCALE).
     ``allowed`` is bool, True = attend, broadcastable to [B, Hq, Sq, Sk]. GQA: query head h
     reads k/v head h // (Hq / Hkv). A query row with no allowed key returns zeros. A key
     that is not allowed gets probability exactly 0 (its score is never exponentiated) and its
@@ -170,6 +172,8 @@ def prefill_attention(
 ) -> torch.Tensor:
     """ATTN-PREFILL: ATTN with allowed = MASK-ENC(S, sliding_window, padding_mask); Sq = Sk = S.
 
+    q [B, Hq, S, D], k and v [B, Hkv, S, D] (BNSD, one dtype; Hq a multiple of Hkv, GQA);
+    ``padding_mask`` None or [B, S] (True / 1 = a real key token); returns [B, Hq, S, D] float64.
     Rows of padded query tokens are unspecified (the properties exclude them).
     """
     _, q_len, sliding_window, padding_mask = validate_prefill_args(
@@ -222,5 +226,6 @@ def decode_attention(
         keys = k_cache[b : b + 1, :, start:length].detach().to(torch.float64)
         values = v_cache[b : b + 1, :, start:length].detach().to(torch.float64)
         visible = torch.ones(1, 1, 1, length - start, dtype=torch.bool, device=q.device)
-        outputs.append(attention(q[b : b + 1], keys, values, allowed=visible, scale=scale))
+        query = q[b : b + 1].detach().to(torch.float64)  # exact; one dtype with keys (ATTN-ERRORS)
+        outputs.append(attention(query, keys, values, allowed=visible, scale=scale))
     return torch.cat(outputs)

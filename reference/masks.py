@@ -1,4 +1,4 @@
-"""Oracles for the attention-mask contracts: spec/masks.md.
+"""Oracles for the attention-mask contracts (clauses MASK-*, WINDOW-CONV).
 
 Masks are boolean. Two polarities exist in the field and both appear here, each named:
 ``encoder_attention_mask`` returns True = the query may attend the key (SDPA, FlexAttention);

@@ -1,4 +1,4 @@
-"""Oracles for the norm contracts: spec/norms.md.
+"""Oracles for the norm contracts (clauses NORM-*).
 
 All oracles compute in float64 from the given input values and return float64 on the input's
 device (the fused ops return a pair), whatever the inputs' dtypes and strides (NORM-MIXED,
@@ -51,7 +51,7 @@ def _normalized(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, *, eps: float) -> torch.Tensor:
-    """NORM-RMS: x * rsqrt(mean(x^2, -1) + eps) * weight."""
+    """NORM-RMS: x * rsqrt(mean(x^2, -1) + eps) * weight; x [..., d], weight [d], eps keyword-only."""
     eps = validate_norm_args(x, weight, eps)
     return _normalized(x, eps) * weight.detach().to(x.device, torch.float64)
 

@@ -1,8 +1,8 @@
-"""Oracle for the DPM-Solver++ multistep scheduler contract: spec/scheduler.md.
+"""Oracle for the DPM-Solver++ multistep scheduler contract (clauses DPM-*).
 
 ``DPMSolverMultistep`` is written from the DPM-Solver++ formulas (Lu et al. 2022, "DPM-Solver++:
 Fast Solver for Guided Sampling of Diffusion Probabilistic Models", arXiv 2211.01095, and the
-spec/scheduler.md, DPM-TRAJ), not from diffusers' code: the self-tests compare it with diffusers'
+clause DPM-TRAJ), not from diffusers' code: the self-tests compare it with diffusers'
 ``DPMSolverMultistepScheduler`` as an independent peer. Everything is computed in float64 on
 the CPU; ``step`` returns float64 on the model output's device.
 """
@@ -168,7 +168,7 @@ class DPMSolverMultistep:
     """DPM-Solver++ (multistep, orders 1-3; ODE and SDE variants) in float64.
 
     Clauses: DPM-CONFIG, DPM-TIMESTEPS, DPM-SIGNATURE, DPM-NOISE, DPM-RETURN, DPM-TRAJ, DPM-ORDER,
-    DPM-SDE3, DPM-ERRORS (spec/scheduler.md).
+    DPM-SDE3, DPM-ERRORS.
     """
 
     def __init__(self, **config):

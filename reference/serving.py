@@ -1,4 +1,4 @@
-"""Oracle for serving attention: spec/serving.md (SERVE and its clauses).
+"""Oracle for serving attention (SERVE and its clauses, SERVE-*).
 
 Float64 per sequence: a sequence reads only the blocks that hold the keys some of its queries
 may see (positions ``e_b .. L_b - 1``, SERVE-EVICT), upcast just those, and works in blocks of
@@ -21,7 +21,12 @@ import torch
 from reference.attention import masked_values_product, require_scale
 from reference.masks import require_window
 from reference.serving_windows import layer_windows, window_kernel_args, window_keys
-from reference.validation import require_float_tensor, require_positive_finite_or_none
+from reference.validation import (
+    require_float_tensor,
+    require_positive_finite_or_none,
+    require_same_dtype,
+    require_with_data,
+)
 
 __all__ = [
     "ServingBatch",
@@ -39,18 +44,16 @@ SCORE_BUDGET = 1 << 25
 
 
 def _require_int_tensor(value, name: str, rank: int) -> torch.Tensor:
-    if (
-        not isinstance(value, torch.Tensor)
-        or value.dtype == torch.bool
-        or value.is_floating_point()
-        or value.is_complex()
-        or value.dim() != rank
-    ):
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(
+            f"{name} must be a {rank}-D integer tensor, got a {type(value).__name__}: {value!r:.60}"
+        )
+    if value.dtype == torch.bool or value.is_floating_point() or value.is_complex() or value.dim() != rank:
         shape = tuple(getattr(value, "shape", ()))
         raise ValueError(
             f"{name} must be a {rank}-D integer tensor, got {getattr(value, 'dtype', value)!r} {shape}"
         )
-    return value
+    return require_with_data(value, name)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,31 @@ class ServingBatch:
         return 0 if self.sliding_window is None else max(0, first_query - self.sliding_window + 1)
 
 
+def _sequence_count(block_table, cu_seqlens_q, seq_lens) -> int:
+    """SERVE-ERRORS: B, on which block_table's rows, cu_seqlens_q's entries - 1 and seq_lens' entries
+    agree; the one that disagrees with the other two is named (all three when they all differ)."""
+    counts = {"block_table": block_table.shape[0], "cu_seqlens_q": cu_seqlens_q.shape[0] - 1,
+              "seq_lens": seq_lens.shape[0]}  # fmt: skip
+    if len(set(counts.values())) == 1:
+        return counts["block_table"]
+    wanted = {"block_table": "rows (one per sequence)", "cu_seqlens_q": "entries (B + 1)",
+              "seq_lens": "entries (one per sequence)"}  # fmt: skip
+    for name, n in counts.items():
+        agreed = {m for other, m in counts.items() if other != name}
+        if len(agreed) == 1 and n not in agreed:
+            b = agreed.pop()
+            want = b + 1 if name == "cu_seqlens_q" else b
+            got = n + 1 if name == "cu_seqlens_q" else n
+            raise ValueError(
+                f"{name} must have {want} {wanted[name]}: the other metadata hold B = {b} sequences; "
+                f"got {got}"
+            )
+    raise ValueError(
+        "block_table, cu_seqlens_q and seq_lens disagree on the number of sequences B: "
+        f"{block_table.shape[0]} rows, {cu_seqlens_q.shape[0]} and {seq_lens.shape[0]} entries"
+    )
+
+
 def validate_paged_args(
     q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks, scale
 ) -> ServingBatch:
@@ -89,6 +117,7 @@ def validate_paged_args(
     require_float_tensor(q, "q", 3)
     require_float_tensor(k_cache, "k_cache", 4)
     require_float_tensor(v_cache, "v_cache", 4)
+    require_same_dtype("q", q.dtype, k_cache=k_cache, v_cache=v_cache)
     tokens, q_heads, head_dim = q.shape
     num_blocks, block_size, kv_heads, _ = k_cache.shape
     if tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]):
@@ -105,17 +134,13 @@ def validate_paged_args(
     _require_int_tensor(block_table, "block_table", 2)
     _require_int_tensor(cu_seqlens_q, "cu_seqlens_q", 1)
     _require_int_tensor(seq_lens, "seq_lens", 1)
-    batch = block_table.shape[0]
+    _sequence_count(block_table, cu_seqlens_q, seq_lens)
     starts = [int(s) for s in cu_seqlens_q.tolist()]
-    if len(starts) != batch + 1 or starts[0] != 0 or starts[-1] != tokens:
-        raise ValueError(
-            f"cu_seqlens_q must have B + 1 = {batch + 1} entries from 0 to T = {tokens}, got {starts}"
-        )
+    if starts[0] != 0 or starts[-1] != tokens:
+        raise ValueError(f"cu_seqlens_q must run from 0 to T = {tokens}, got {starts}")
     if any(b <= a for a, b in zip(starts, starts[1:], strict=False)):
         raise ValueError(f"cu_seqlens_q must be strictly increasing (every query length >= 1), got {starts}")
     lengths = [int(s) for s in seq_lens.tolist()]
-    if len(lengths) != batch:
-        raise ValueError(f"seq_lens must have B = {batch} entries (block_table's rows), got {len(lengths)}")
     tables = []
     for b, length in enumerate(lengths):
         query_len = starts[b + 1] - starts[b]
@@ -229,7 +254,12 @@ def paged_attention(
     sinks: torch.Tensor | None,
     scale: float,
 ) -> torch.Tensor:
-    """SERVE: out [T, Hq, Dv] in float64 on q's device; see spec/serving.md for every clause."""
+    """SERVE: out [T, Hq, Dv] in float64 on q's device (and SERVE-PAGED ... SERVE-ERRORS).
+
+    q [T, Hq, Dqk] (packed THD), k_cache [num_blocks, block_size, Hkv, Dqk], v_cache [..., Dv]
+    (one dtype with q); block_table [B, max_blocks], cu_seqlens_q [B + 1], seq_lens [B] integer
+    tensors (the queries are each sequence's LAST positions); sinks None or [Hq]; ``scale`` explicit.
+    """
     meta = validate_paged_args(
         q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
         sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
@@ -298,6 +328,10 @@ def contiguous_to_paged(
     """
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+    require_float_tensor(k, "k", 4)
+    require_float_tensor(v, "v", 4)
+    if tuple(v.shape[:3]) != tuple(k.shape[:3]):
+        raise ValueError(f"v must be [B, Hkv, S, Dv] = {list(k.shape[:3])} + [Dv], got {tuple(v.shape)}")
     batch, kv_heads, length, _ = k.shape
     blocks = -(-length // block_size)
     pad = blocks * block_size - length

@@ -1,4 +1,4 @@
-"""Oracles of spec/serving.md's window clauses: which layers slide (SERVE-LAYER-WINDOWS) and how
+"""Oracles of the serving window clauses: which layers slide (SERVE-LAYER-WINDOWS) and how
 many keys a kernel's raw window arguments keep (SERVE-WINDOW-ARGS). Config parsing and integer
 arithmetic only, no tensors; ``reference.serving`` re-exports ``layer_windows``,
 ``window_kernel_args`` and ``window_keys``.
@@ -36,7 +36,7 @@ def _flash_attention_keys(value) -> int | None:
 
 
 def _fia_keys(args: dict) -> int | None:
-    """SERVE-WINDOW-ARGS, Ascend FIA's prompt kernel (spec/ascend.md, CANN-FIA-SPARSE): sparse_mode 3
+    """SERVE-WINDOW-ARGS, Ascend FIA's prompt kernel (CANN-FIA-SPARSE): sparse_mode 3
     is bottom-right causal and ignores pre/next tokens (no window); 4, or no sparse_mode beside
     pre_tokens, is the band, pre_tokens + 1 keys with next_tokens = 0 (pre_tokens 2147483647: none)."""
     mode = args.get("sparse_mode", 4)

@@ -19,14 +19,31 @@ __all__ = [
     "require_int",
     "require_positive_finite",
     "require_positive_finite_or_none",
+    "require_same_dtype",
     "require_tensor",
+    "require_with_data",
 ]
+
+
+def require_with_data(value: torch.Tensor, name: str) -> torch.Tensor:
+    """A tensor that holds data: a meta tensor (shape and dtype only) is a ValueError naming ``name``."""
+    if value.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data to compute from); pass it on a real device")
+    return value
+
+
+def require_same_dtype(name: str, dtype: torch.dtype, **others: torch.Tensor) -> None:
+    """ATTN-ERRORS / SERVE-ERRORS: every tensor of ``others`` has ``name``'s ``dtype``; ValueError
+    naming the first that does not (PyTorch's SDPA requires q, k and v of one dtype)."""
+    for other, tensor in others.items():
+        if tensor.dtype != dtype:
+            raise ValueError(f"{other} must have {name}'s dtype {dtype}, got {tensor.dtype}")
 
 
 def require_tensor(value, name: str) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
-    return value
+    return require_with_data(value, name)
 
 
 def require_floating(value, name: str) -> torch.Tensor:
@@ -44,7 +61,7 @@ def require_float_tensor(value, name: str, rank: int) -> torch.Tensor:
         )
     if value.dim() != rank or value.numel() == 0:
         raise ValueError(f"{name} must be a non-empty {rank}-D tensor, got shape {tuple(value.shape)}")
-    return value
+    return require_with_data(value, name)
 
 
 def require_even_last_dim(x: torch.Tensor, name: str) -> int:
