@@ -1,11 +1,10 @@
-"""Device discovery: which of cpu, cuda and npu are present. torch_npu is imported in a guard."""
+"""Device discovery: which of cpu, cuda and npu are present. torch_npu is imported in a guard;
+torch itself only when a device is asked about (the plugin imports this module in every run)."""
 
 from __future__ import annotations
 
 import functools
 import importlib
-
-import torch
 
 KNOWN_DEVICE_TYPES = ("cpu", "cuda", "npu")
 
@@ -15,6 +14,8 @@ def absent_reason(device_type: str) -> str | None:
     """``None`` when a device of this type is present, else why not (used as a skip reason)."""
     if device_type == "cpu":
         return None
+    import torch
+
     if device_type == "cuda":
         return None if torch.cuda.is_available() else "no CUDA device is present"
     if device_type == "npu":
@@ -47,6 +48,8 @@ class AbsentDevice:
 
 def as_device(device_type: str):
     """``torch.device(device_type)``, or an ``AbsentDevice`` when torch does not know the type."""
+    import torch
+
     try:
         return torch.device(device_type)
     except RuntimeError:

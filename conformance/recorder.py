@@ -14,9 +14,8 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-import torch
 
-from conformance import checks, failure_capture, failure_record, rerun, results
+from conformance import errors, failure_capture, failure_record, rerun, results
 from conformance import expectations as manifests
 from conformance.activation import state
 from conformance.results import Case, ExpectationVerdict, Failure, Outcome
@@ -27,9 +26,16 @@ COLLECTED = "opconform_collected"  # xdist workeroutput key: what the worker col
 
 
 def dtype_name(dtype) -> str | None:
-    if isinstance(dtype, torch.dtype):
+    torch = sys.modules.get("torch")  # a torch.dtype exists only once torch is imported
+    if torch is not None and isinstance(dtype, torch.dtype):
         return str(dtype).removeprefix("torch.")
     return dtype if isinstance(dtype, str) else None
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
 
 
 def matching(config, nodeid: str, info: dict, *verdicts: str) -> list:
@@ -105,7 +111,7 @@ def conformance_error(exc: BaseException | None):
         if current is None or id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, checks.ConformanceError):
+        if isinstance(current, errors.ConformanceError):
             return current
         stack.extend(getattr(current, "exceptions", ()))
         stack.extend([current.__cause__, current.__context__])
@@ -367,7 +373,7 @@ class ResultsRecorder:
                 "host": platform.node(),
                 "platform": platform.platform(),
                 "python": sys.version.split()[0],
-                "torch": torch.__version__,
+                "torch": _torch_version(),
                 "hypothesis": hypothesis_version,
                 "profile": self.run.loaded_profile or settings.get_current_profile_name(),
                 "args": list(self.config.invocation_params.args),

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.checks import ConformanceError
+from conformance.errors import ConformanceError
 
 __all__ = [
     "MISMATCHES",

@@ -160,7 +160,7 @@ def test_suite_under_a_shadowing_backends_is_a_one_line_usage_error(project):
 def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path, without_plugin):
     """In opconform's own environment (its `backends` importable, no shadowing), a test file outside
     the suite that takes `backend` sees its own fixture and the Hypothesis profile it sees without
-    the plugin."""
+    the plugin, and the run imports none of backends, reference and torch."""
     (tmp_path / "observe.py").write_text(textwrap.dedent(OBSERVE))
     (tmp_path / "test_plain.py").write_text(
         textwrap.dedent("""
@@ -178,7 +178,8 @@ def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path, without_plu
         def test_plain(backend):
             assert backend == "own"
             observe("test_plain")
-            assert "backends" not in sys.modules and "reference" not in sys.modules
+            # Nor torch: loading the plugin costs an unrelated run no torch import (seconds).
+            assert not {"backends", "reference", "torch"} & set(sys.modules)
         """)
     )
     proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--trace-config", observed=tmp_path / "with")
