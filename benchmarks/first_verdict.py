@@ -61,7 +61,8 @@ def watch(command: list[str], env: dict, cwd: str, ops: set[str], full: bool) ->
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.first_verdict", description=__doc__.split("\n")[0])
+    description = __doc__.split("\n")[0]
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.first_verdict", description=description)
     parser.add_argument("--backend-module", default="fourbug_backend")
     parser.add_argument("--backend", default="fourbug")
     parser.add_argument("--path", default=str(REPO / "tests"), help="folder put on PYTHONPATH for the module")
