@@ -140,6 +140,7 @@ class FastVerdict:
             report.user_properties = [*report.user_properties, (VERDICT, verdict_facts(item, call))]
         return report
 
+    @pytest.hookimpl(trylast=True)  # after pytest's progress letter: the line goes below it
     def pytest_runtest_logreport(self, report):
         if not self.controller or not report.failed:
             return
