@@ -25,6 +25,7 @@ OPTIONS = (
     ("opconform_expectations", []),
     ("opconform_timeout", None),
     ("opconform_backend_maxfail", None),
+    ("opconform_first_failure", False),
     ("focus_declared_clauses", False),
 )
 # Top-level packages of the distribution that a user's project may shadow (their names are fixed).

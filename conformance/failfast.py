@@ -1,8 +1,16 @@
-"""``--opconform-backend-maxfail N``: after N failed cases of one backend, its remaining cases are
-skipped with that reason. For runs that only need to know whether (and by which clause) a backend
-fails, such as the mutant self-tests, and for a user who wants the first broken clause fast.
+"""Stopping early: ``--opconform-backend-maxfail N`` and ``--opconform-first-failure``.
 
-Counted per process (under xdist, per worker).
+- ``--opconform-backend-maxfail N``: after N failed cases of one backend, its remaining cases are
+  skipped with that reason. For runs that only need to know whether (and by which clause) a
+  backend fails, such as the mutant self-tests (N = 1).
+- ``--opconform-first-failure`` (``opconform run --first-failure``): after the first failed case
+  of a clause on a backend and device, the remaining cases of that backend and device whose
+  clauses have all failed there are skipped with that reason; every other clause still runs, so
+  each broken clause is reported once. The run completes (exit 1 on a failure, not pytest's
+  "interrupted" of ``-x``).
+
+Both may be given; a case is skipped when either says so. Counted per process (under xdist, per
+worker: with several workers a clause may fail once per worker).
 """
 
 from __future__ import annotations
@@ -10,17 +18,25 @@ from __future__ import annotations
 import pytest
 
 FAILURES = pytest.StashKey[dict]()
+BROKEN = pytest.StashKey[set]()  # (backend, device, clause) that failed, for --opconform-first-failure
+INFO, CASE = "opconform", "opconform_case"  # recorder's user_properties keys (conformance.recorder)
 
 
 def note(config, backend, report) -> None:
-    """Count a failed call of ``backend``."""
-    if report.when == "call" and report.failed and backend is not None:
-        counts = config.stash.setdefault(FAILURES, {})
-        counts[backend.name] = counts.get(backend.name, 0) + 1
+    """Count a failed call of ``backend``, and remember the clause it broke on its device."""
+    if not (report.when == "call" and report.failed and backend is not None):
+        return
+    counts = config.stash.setdefault(FAILURES, {})
+    counts[backend.name] = counts.get(backend.name, 0) + 1
+    properties = dict(report.user_properties)
+    clause = (properties.get(CASE) or {}).get("failure", {}).get("clause")
+    if clause:
+        device = (properties.get(INFO) or {}).get("device")
+        config.stash.setdefault(BROKEN, set()).add((backend.name, device, clause))
 
 
 def skip_reason(config, backend) -> str | None:
-    """Why ``backend``'s next case is skipped, or None."""
+    """Why ``backend``'s next case is skipped by --opconform-backend-maxfail, or None."""
     limit = config.getoption("opconform_backend_maxfail", None)
     failed = config.stash.get(FAILURES, {}).get(backend.name, 0)
     if limit and failed >= limit:
@@ -28,3 +44,20 @@ def skip_reason(config, backend) -> str | None:
             f"backend {backend.name!r} already failed {failed} case(s) (--opconform-backend-maxfail={limit})"
         )
     return None
+
+
+def clause_skip_reason(item) -> str | None:
+    """Why ``item`` is skipped by --opconform-first-failure: every clause it checks already failed
+    on its backend and device in this process; else None."""
+    config = item.config
+    if not config.getoption("opconform_first_failure", False):
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    backend = getattr(params.get("backend"), "name", None)
+    device = getattr(params.get("device"), "type", None)
+    clauses = [c for mark in item.iter_markers("clause") for c in mark.args]
+    broken = config.stash.get(BROKEN, set())
+    if backend is None or not clauses or not all((backend, device, c) in broken for c in clauses):
+        return None
+    where = f"backend {backend!r}" + (f" on {device}" if device else "")
+    return f"{', '.join(dict.fromkeys(clauses))} already failed for {where} (--opconform-first-failure)"

@@ -23,6 +23,7 @@ from hypothesis import settings
 import conformance.signatures as signatures
 from conformance import activation, failfast, options, profiles, recorder, rerun, spec_index, time_limit
 from conformance import expectations as manifests
+from conformance import stream as fast_verdict
 from conformance.activation import state
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
 
@@ -101,6 +102,12 @@ def pytest_addoption(parser):
         metavar="N",
         help="after N failed cases of a backend, skip its remaining cases (conformance/failfast.py); "
         "0: no limit",
+    )
+    group.addoption(
+        "--opconform-first-failure",
+        action="store_true",
+        help="after a clause's first failed case on a backend and device, skip that backend's and "
+        "device's remaining cases of the clause (conformance/failfast.py); the run completes",
     )
     group.addoption(
         "--opconform-expectations",
@@ -190,6 +197,8 @@ def pytest_cmdline_main(config):
 def pytest_configure(config):
     config.addinivalue_line("markers", "clause(*ids): the spec clauses a test checks")
     config.addinivalue_line("markers", "op(name): the backend op a test needs")
+    # Inert until the suite's items run: an xdist controller, which collects nothing, streams too.
+    config.pluginmanager.register(fast_verdict.FastVerdict(config), "opconform-fast-verdict")
     if activation.requested(config):
         activate(config)
 

@@ -19,6 +19,11 @@ CLAUSE_HEADING = re.compile(r"^###\s+([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)\s*:\s*(.+?)
 # clauses' comparisons rather than a property of its own; coverage accepts it untested by name.
 RULE_LINE = re.compile(r"^\*Rule:\*\s*(.+?)\s*$")
 
+# A clause whose body starts with "*Refines:* ID, ID." pins one mechanism of those broader clauses:
+# a backend that breaks it usually breaks them too, as echoes. The run order puts it first
+# (conformance/ordering.py; the rule is in spec/README.md).
+REFINES_LINE = re.compile(r"^\*Refines:\*\s*(.+?)\.?\s*$")
+
 
 @dataclass(frozen=True)
 class Clause:
@@ -28,6 +33,7 @@ class Clause:
     file: str
     line: int
     rule: str | None = None  # how a rule clause is applied (see RULE_LINE)
+    refines: tuple[str, ...] = ()  # the broader clauses this one pins a mechanism of (REFINES_LINE)
 
 
 def spec_dir() -> Path:
@@ -56,11 +62,15 @@ def parse_clauses(path: Path) -> list[Clause]:
             continue
         following = next((line for line in lines[number:] if line.strip()), "")
         rule = RULE_LINE.match(following)
+        refined = REFINES_LINE.match(following)
+        refines = tuple(r.strip() for r in refined.group(1).split(",")) if refined else ()
         clause_id, title = match.groups()
         if clause_id in seen:
             raise ValueError(f"{path}:{number}: clause {clause_id} already defined at line {seen[clause_id]}")
         seen[clause_id] = number
-        found.append(Clause(clause_id, title, path.stem, str(path), number, rule.group(1) if rule else None))
+        found.append(
+            Clause(clause_id, title, path.stem, str(path), number, rule.group(1) if rule else None, refines)
+        )
     return found
 
 
@@ -78,6 +88,11 @@ def load_clauses(directory: str | None = None) -> dict[str, Clause]:
                     f"{previous.file}:{previous.line}"
                 )
             clauses[clause.id] = clause
+    for clause in clauses.values():
+        unknown = [r for r in clause.refines if r not in clauses or r == clause.id]
+        if unknown:
+            where = f"{clause.file}:{clause.line}"
+            raise ValueError(f"{where}: {clause.id} *Refines:* unknown clause(s) {unknown}")
     return clauses
 
 

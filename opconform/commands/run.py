@@ -46,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=options.seconds, default=None, metavar="SECONDS",
                         help="per-case time limit (default 300, 3000 with --profile thorough; 0: none); "
                              "a case past it is reported as 'timeout'")  # fmt: skip
+    parser.add_argument("--first-failure", action="store_true",
+                        help="after a clause's first failed case on a backend and device, skip "
+                             "its remaining cases there (--opconform-first-failure); "
+                             "exit 1 on a failure")  # fmt: skip
     parser.add_argument("--out", default="opconform-report", metavar="DIR",
                         help="where report.json/.md/.html go (default: %(default)s)")  # fmt: skip
     parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
@@ -85,6 +89,8 @@ def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
         command.append(f"--opconform-timeout={args.timeout:g}")
     if args.profile:
         command.append(f"--hypothesis-profile=opconform-{args.profile}")
+    if getattr(args, "first_failure", False):
+        command.append("--opconform-first-failure")
     if args.workers is not None:
         command += ["-n", str(args.workers)]
     elif importlib.util.find_spec("xdist") is not None:

@@ -1,0 +1,159 @@
+"""A first verdict fast: the run order, the streamed broken-clause lines, --opconform-first-failure.
+
+``FastVerdict`` is registered by the plugin at configure time and acts only on the suite's items
+and on reports that carry their verdict facts (an xdist controller collects nothing, and streams):
+
+- ``pytest_collection_modifyitems``: the suite's items in the order of conformance/ordering.py
+  (the properties that pin a mechanism first, bad input last);
+- ``pytest_runtest_makereport`` (in the process that runs the case, an xdist worker too): a
+  failed case of the suite's modules gets its verdict facts (``VERDICT`` in its
+  ``user_properties``, which travel to the controlling process): clause, op, backend, device,
+  the ConformanceError text's first line, its got/expected line, and Hypothesis's falsifying
+  example as one line;
+- ``pytest_runtest_logreport`` (in the controlling process only): the first failure of each
+  clause on each backend and device is printed as one line the moment its report arrives
+  (``opconform: broken CLAUSE ...``), before pytest's summary;
+- ``pytest_runtest_setup``: the skip of --opconform-first-failure (conformance/failfast.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conformance import activation, failfast, ordering
+
+VERDICT = "opconform_verdict"  # user_properties key: the facts of the streamed line
+PREFIX = "opconform: broken"
+EXAMPLE_LIMIT = 400  # characters of the falsifying example kept on the line
+
+
+def _leaves(exc: BaseException | None):
+    """``exc`` and, through exception groups, causes and contexts, every exception under it."""
+    seen, stack = set(), [exc]
+    while stack:
+        current = stack.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        stack.extend(getattr(current, "exceptions", ()))
+        stack.extend([current.__cause__, current.__context__])
+
+
+def _split_arguments(text: str) -> list[str]:
+    """``a=1, b=f(2, 3)`` -> ``["a=1", "b=f(2, 3)"]`` (commas at bracket depth 0)."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if char == "," and depth == 0:
+            parts.append(text[start:index].strip())
+            start = index + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+def example_line(exc: BaseException | None, parameters=("backend", "device")) -> str | None:
+    """Hypothesis's "Falsifying example: test(...)" note as one line, without its comments and
+    the arguments named in ``parameters`` (pytest's: the streamed line names backend, device and
+    op); None when there is none."""
+    for current in _leaves(exc):
+        for note in getattr(current, "__notes__", ()):
+            if not note.startswith("Falsifying example:"):
+                continue
+            lines = note.removeprefix("Falsifying example:").splitlines()
+            flat = " ".join(re.sub(r"\s+# .*$", "", line).strip() for line in lines)
+            match = re.match(r"\s*([\w.]+)\((.*)\)\s*$", flat)
+            if not match:
+                return flat.strip()[:EXAMPLE_LIMIT]
+            drop = tuple(f"{name}=" for name in parameters)
+            kept = [a for a in _split_arguments(match.group(2)) if not a.startswith(drop)]
+            return ", ".join(kept)[:EXAMPLE_LIMIT] or None
+    return None
+
+
+def verdict_facts(item, call) -> dict:
+    """The streamed line's facts of a failed call of ``item``."""
+    from conformance import checks  # torch: imported once a case has failed
+
+    exc = call.excinfo.value if call.excinfo else None
+    error = next((e for e in _leaves(exc) if isinstance(e, checks.ConformanceError)), None)
+    marks = ordering.item_clauses(item)
+    if error is not None:
+        lines = str(error).splitlines()
+        message = lines[0]
+        got = next((line.strip() for line in lines[1:] if "got " in line and "expected" in line), None)
+    else:
+        raised = exc
+        while getattr(raised, "exceptions", None):
+            raised = raised.exceptions[0]
+        message, got = (f"{type(raised).__name__}: {raised}".splitlines() or [""])[0], None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    op_mark = item.get_closest_marker("op")
+    return {
+        "clause": getattr(error, "clause", None) or (marks[0] if marks else None),
+        "op": op_mark.args[0] if op_mark else params.get("op"),
+        "backend": getattr(params.get("backend"), "name", None),
+        "device": getattr(params.get("device"), "type", None),
+        "message": message,
+        "got": got,
+        "example": example_line(exc, tuple(params)),
+    }
+
+
+def line(facts: dict) -> str:
+    """``opconform: broken CLAUSE: op, backend@device: message; got ...; smallest example: ...``"""
+    where = f"{facts['backend']}@{facts['device']}" if facts.get("device") else f"{facts['backend']}"
+    clause, op = facts["clause"] or "(no clause)", facts.get("op") or "-"
+    parts = [f"{PREFIX} {clause}: {op}, {where}: {facts['message']}"]
+    if facts.get("got") and facts["got"] not in facts["message"]:
+        parts.append(facts["got"])
+    if facts.get("example"):
+        parts.append(f"smallest example: {facts['example']}")
+    return "; ".join(parts)
+
+
+class FastVerdict:
+    def __init__(self, config):
+        self.config = config
+        self.streamed: set[tuple] = set()
+        self.controller = not hasattr(config, "workerinput")
+
+    @pytest.hookimpl(trylast=True)  # after -k and --focus-declared-clauses deselected
+    def pytest_collection_modifyitems(self, config, items):
+        run = activation.state(config)
+        if run is not None:
+            ordering.order(items, run.clauses, lambda item: activation.is_suite_module(item.path))
+
+    @pytest.hookimpl(trylast=True)  # the plugin's own skips (absent, unsupported, n/i) come first
+    def pytest_runtest_setup(self, item):
+        reason = failfast.clause_skip_reason(item) if activation.state(item.config) else None
+        if reason:
+            pytest.skip(reason)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        if call.when == "call" and report.failed and activation.is_suite_module(item.path):
+            report.user_properties = [*report.user_properties, (VERDICT, verdict_facts(item, call))]
+        return report
+
+    @pytest.hookimpl(trylast=True)  # after pytest's progress letter: the line goes below it
+    def pytest_runtest_logreport(self, report):
+        if not self.controller or not report.failed:
+            return
+        facts = dict(report.user_properties).get(VERDICT)
+        if facts is None:
+            return
+        key = (facts["backend"], facts["device"], facts["clause"])
+        if key in self.streamed:
+            return
+        self.streamed.add(key)
+        terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+        if terminal is not None:
+            # xdist's progress letters leave the line open without pytest knowing it.
+            if getattr(getattr(terminal, "_tw", None), "width_of_current_line", 0):
+                terminal.write("\n")
+            terminal.write_line(line(facts), red=True, bold=True)
