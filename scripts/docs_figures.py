@@ -76,6 +76,7 @@ def machine() -> dict[str, str]:
 
 def measure(command: list[str]) -> dict:
     """Run ``command`` from the checkout: its output, exit status, wall and children's CPU seconds."""
+    facts = machine()  # before the run: the commit measured, not one made meanwhile
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before, started = _load(), time.monotonic()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=os.environ | {"CI": "1"})
@@ -83,16 +84,20 @@ def measure(command: list[str]) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"stdout": done.stdout, "stderr": done.stderr, "rc": done.returncode, "wall": wall, "cpu": cpu,
-            "load": f"{load_before} before, {_load()} after"}  # fmt: skip
+            "load": f"{load_before} before, {_load()} after", "facts": facts}  # fmt: skip
 
 
-def header(title: str, what: str, command: list[str], run: dict) -> str:
-    facts = machine()
+def header(title: str, what: str, command: list[str], run: dict, tmp: str | None = None) -> str:
+    """The page's stamp; ``command`` as run, shown with ``python`` and TMP for the temporary folder."""
+    shown = shlex.join(["python", *command[1:]])
+    if tmp:
+        shown = shown.replace(tmp, "TMP")
+    facts = run["facts"]
     rows = [
         ("commit", facts["commit"]),
         ("machine", f"{facts['cores']} cores, {facts['memory']}, {facts['os']}"),
         ("software", f"Python {facts['python']}, torch {facts['torch']}, hypothesis {facts['hypothesis']}"),
-        ("command", f"`CI=1 {shlex.join(command)}`"),
+        ("command", f"`CI=1 {shown}`"),
         ("exit status", str(run["rc"])),
         ("wall / CPU", f"{run['wall']:.0f} s / {run['cpu']:.0f} s"),
         ("load average (1 min)", run["load"]),
@@ -120,20 +125,21 @@ def kill_matrix(extra: list[str]) -> str:
         "(`opconform mutants`, [suite strength](../suite-strength.md)): killed or survived, the clauses "
         "named in its failures, the clauses its docstring declares (`Caught by:`) and the time to kill."
     )
-    return header("kill-matrix", what, command[2:], run) + body
+    return header("kill-matrix", what, command, run, tmp) + body
 
 
 def bench(extra: list[str]) -> str:
-    with tempfile.TemporaryDirectory() as tmp:
-        command = [sys.executable, "-m", "opconform.cli", "bench", *(extra or BENCH_DEFAULT),
-                   "--json", str(Path(tmp, "bench.json")), "--no-chart"]  # fmt: skip
-        run = measure(command)
     what = (
         "# Benchmark figures\n\nThe table `opconform bench` printed ([performance](../performance.md) "
         "says what the columns mean). On CPU only ratios within one run mean anything; absolute times "
         "count only for the oracle targets."
     )
-    return header("bench", what, command[2:], run) + "```text\n" + run["stdout"].strip() + "\n```\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "opconform.cli", "bench", *(extra or BENCH_DEFAULT),
+                   "--json", str(Path(tmp, "bench.json")), "--no-chart"]  # fmt: skip
+        run = measure(command)
+        stamp = header("bench", what, command, run, tmp)
+    return stamp + "```text\n" + run["stdout"].strip() + "\n```\n"
 
 
 def timings(extra: list[str]) -> str:
@@ -145,7 +151,7 @@ def timings(extra: list[str]) -> str:
         "# Suite timings\n\nThe whole project's tests (`tests/` and the conformance suite) under "
         "`pytest -n auto` with `CI=1` (the `ci` profile: derandomized examples)."
     )
-    return header("timings", what, command[2:], run) + f"pytest's summary: `{summary}`\n"
+    return header("timings", what, command, run) + f"pytest's summary: `{summary}`\n"
 
 
 PAGES = {"kill-matrix": kill_matrix, "bench": bench, "timings": timings}
