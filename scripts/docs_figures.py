@@ -99,7 +99,10 @@ def header(title: str, what: str, command: list[str], run: dict, tmp: str | None
         ("software", f"Python {facts['python']}, torch {facts['torch']}, hypothesis {facts['hypothesis']}"),
         ("command", f"`CI=1 {shown}`"),
         ("exit status", str(run["rc"])),
-        ("wall / CPU", f"{run['wall']:.0f} s / {run['cpu']:.0f} s"),
+        (
+            "wall / CPU",
+            f"{run['wall']:.0f} s / {run['cpu']:.0f} s (CPU: the processes waited for, as getrusage counts)",
+        ),
         ("load average (1 min)", run["load"]),
         ("date", datetime.date.today().isoformat()),
     ]
@@ -139,7 +142,7 @@ def bench(extra: list[str]) -> str:
                    "--json", str(Path(tmp, "bench.json")), "--no-chart"]  # fmt: skip
         run = measure(command)
         stamp = header("bench", what, command, run, tmp)
-    return stamp + "```text\n" + run["stdout"].strip() + "\n```\n"
+    return stamp + "```text\n" + run["stdout"].replace(tmp, "TMP").strip() + "\n```\n"
 
 
 def timings(extra: list[str]) -> str:
