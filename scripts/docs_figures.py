@@ -154,7 +154,13 @@ def timings(extra: list[str]) -> str:
         "# Suite timings\n\nThe whole project's tests (`tests/` and the conformance suite) under "
         "`pytest -n auto` with `CI=1` (the `ci` profile: derandomized examples)."
     )
-    return header("timings", what, command, run) + f"pytest's summary: `{summary}`\n"
+    failed = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    listed = "".join(f"- `{line}`\n" for line in failed)
+    return (
+        header("timings", what, command, run)
+        + f"pytest's summary: `{summary}`\n"
+        + (f"\nThe failures:\n\n{listed}" if listed else "")
+    )
 
 
 PAGES = {"kill-matrix": kill_matrix, "bench": bench, "timings": timings}

@@ -1,11 +1,11 @@
 """mkdocs hooks (mkdocs.yml): the repository's README and spec/ as pages of the site.
 
 mkdocs reads only docs_dir, but the pages link to the repository's own files by their relative
-paths, so that they read the same on GitHub: README.md links docs/x.md, docs/x.md links
-../spec/y.md and ../README.md. ``on_files`` adds README.md (as the site's index.md) and every
-spec/*.md (as spec/*.md) to the site; ``on_page_markdown`` rewrites each relative link from the
-repository's layout to the site's before mkdocs validates it, so a link to a file that is not a
-page (a missing page, a source file) is still a strict-build error.
+paths, so that they read the same on GitHub: README.md links pages in docs/, and those link
+../README.md and the spec files in ../spec/. ``on_files`` adds README.md (as the site's
+index.md) and every spec/*.md (as spec/*.md) to the site; ``on_page_markdown`` rewrites each
+relative link from the repository's layout to the site's before mkdocs validates it, so a link to
+a file that is not a page (a missing page, a source file) is still a strict-build error.
 """
 
 from __future__ import annotations
