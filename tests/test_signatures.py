@@ -153,3 +153,41 @@ def test_plain_pytest_imports_the_module_and_fails_the_mismatched_op_once_each(t
         "test_gemma_rms_norm_matches_oracle[acme-cpu]": "passed",
     }, cases
     assert cases["test_rms_norm_matches_oracle[acme-cpu]"]["failure"]["clause"] == "NORM-RMS"
+
+
+def _readme_quick_start() -> tuple[str, list[str]]:
+    """README's example backend module (the block starting ``# acme_kernels.py``) and the words
+    of its plain-pytest command, as a user pastes them."""
+    import re
+    import shlex
+
+    readme = (REPO / "README.md").read_text()
+    module = next(
+        b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if b.startswith("# acme_kernels.py")
+    )
+    command = next(
+        line.split("#")[0].strip()
+        for block in re.findall(r"```sh\n(.*?)```", readme, re.S)
+        for line in block.splitlines()
+        if line.startswith("pytest ")
+    )
+    return module, shlex.split(command)
+
+
+def test_readme_plain_pytest_command_works_as_written(tmp_path):
+    """The README's module and plain-pytest command, pasted into a folder: the module imports from
+    there and its ops get verdicts (its `...` bodies return None: a failure naming the op)."""
+    module, command = _readme_quick_start()
+    assert command[:4] == ["pytest", "--pyargs", "conformance", "--backend-module"], command
+    (tmp_path / f"{command[4]}.py").write_text(module)
+    report = tmp_path / "report.json"
+    narrow = ["-k", "test_rms_norm_matches_oracle or test_geglu_matches_oracle", f"--opconform-json={report}"]
+    proc = _plain_pytest(tmp_path, *command[1:], *narrow, "--hypothesis-profile=ci-noshrink")
+    out = proc.stdout + proc.stderr
+    assert "No module named" not in out and proc.returncode == 1, out
+    outcomes = {c["nodeid"].split("::")[-1]: c["outcome"] for c in json.loads(report.read_text())["results"]}
+    assert outcomes and set(outcomes.values()) == {"failed"}, outcomes
+    assert {name.split("[")[0] for name in outcomes} == {
+        "test_rms_norm_matches_oracle",
+        "test_geglu_matches_oracle",
+    }
