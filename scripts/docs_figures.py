@@ -62,7 +62,9 @@ def _load() -> str:
 def machine() -> dict[str, str]:
     """The facts a measured page is stamped with."""
     commit = _git("rev-parse", "--short=12", "HEAD")
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = _git(
+        "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/generated"
+    )  # not these pages
     return {
         "commit": commit + (" + uncommitted changes" if dirty else ""),
         "cores": str(os.cpu_count()),
