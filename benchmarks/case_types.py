@@ -26,7 +26,7 @@ GIB = 1024**3
 
 @dataclass(frozen=True)
 class Target:
-    """An oracle target (README, Performance): what the oracle must meet at the full shape (not --quick)."""
+    """An oracle target (docs/performance.md): what the oracle must meet at the full shape (not --quick)."""
 
     seconds: float
     peak_bytes: int | None = None

@@ -15,7 +15,7 @@ Sizes and where they come from (assumptions are marked as such):
   input), 8 experts per token, dense MLP intermediate 11264, hidden 4096, 64 query / 8 kv
   heads of dim 128. ASSUMPTION: these are the defaults of transformers' ``Step3p7`` text
   config (the Step-3.5 family in transformers), taken to match Step-3.5-Flash.
-- Prefill attention uses the oracle target's shape (Hq 32, Hkv 8, D 128; README, Performance): one
+- Prefill attention uses the oracle target's shape (Hq 32, Hkv 8, D 128; docs/performance.md): one
   tensor-parallel shard of 64/8 heads on 2 ranks. Decode uses Hq 8, Hkv 1 (one rank of an
   8-way tensor-parallel split), B 64 over a 32k cache: the full 8 kv heads would need 8 GiB
   of bf16 cache (32 GiB in the float64 oracle), more than a CPU benchmark machine holds.

@@ -28,7 +28,7 @@ from conformance.activation import state
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
 
 # pytest's exit status when a device named with --device is absent (pytest's own are 0-5);
-# `opconform run` exits 3 then (README, exit statuses).
+# `opconform run` exits 3 then (docs/reports.md, exit statuses).
 EXIT_DEVICE_ABSENT = 6
 
 # Third-party noise in a run of the suite, not findings: torch's own jit deprecation, diffusers

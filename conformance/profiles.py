@@ -49,7 +49,7 @@ def _register_shared_profile() -> None:
 
     Enabled by OPCONFORM_SHARED_DB=OWNER/REPO: the local example database is multiplexed with a
     read-only view of the GitHub artifact ``hypothesis-example-db`` (needs GITHUB_TOKEN), so a
-    counterexample found on one device's runner is replayed on the others (README, CI section).
+    counterexample found on one device's runner is replayed on the others (docs/ci.md).
     """
     target = os.environ.get("OPCONFORM_SHARED_DB")
     if not target:

@@ -5,7 +5,7 @@ a suite case is named as ``--pyargs conformance.test_x::test_y[ids]`` (never a p
 pytest's rootdir, which an installed run places in site-packages), another test by its absolute
 path. The plugin computes the options a rerun must repeat once per run (``rerun_options``) and
 the target of each collected case (``remember``), and keeps them in ``config.stash``. The failing
-Hypothesis example comes back through the profile and seed repeated here (README, "Rerunning a
+Hypothesis example comes back through the profile and seed repeated here (docs/running.md, "Rerunning a
 failure").
 """
 

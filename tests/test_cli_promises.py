@@ -1,4 +1,4 @@
-"""The CLI's promises (README, exit statuses): bad input is one line on stderr,
+"""The CLI's promises (docs/reports.md, exit statuses): bad input is one line on stderr,
 ``opconform COMMAND: error: ...`` naming the argument, exit 2, found before the work starts;
 ``diff | head`` ends quietly; an empty run says so with its own status; an absent --device is 3."""
 

@@ -225,7 +225,7 @@ def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path, withou
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert counts(proc).get("passed") == 3 and "failed" not in counts(proc), proc.stdout
     assert "test_own[" not in proc.stdout, proc.stdout
-    # The suite's own default: opconform-ci where CI is set (README, --hypothesis-profile), else dev.
+    # The suite's own default: opconform-ci where CI is set (docs/running.md, --hypothesis-profile), else dev.
     suite_profile = "opconform-ci" if os.environ.get("CI") else "opconform-dev"
     assert json.loads(report.read_text())["profile"] == suite_profile
     seen = observations(tmp_path / "with")

@@ -137,7 +137,7 @@ def add_ratios(results: list[dict]) -> None:
 
 
 def evaluate_targets(results: list[dict], selected: list[bench_cases.Case], shape_set: str) -> list[dict]:
-    """The oracle's measured time and peak against its target (README, Performance), per device."""
+    """The oracle's measured time and peak against its target (docs/performance.md), per device."""
     out = []
     for case in selected:
         if case.target is None:

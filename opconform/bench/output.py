@@ -93,7 +93,7 @@ def format_warnings(document: dict) -> str:
 def format_targets(document: dict) -> str:
     if not document["targets"]:
         return ""
-    lines = ["Oracle targets (README, Performance): measured vs target"]
+    lines = ["Oracle targets (docs/performance.md): measured vs target"]
     for t in document["targets"]:
         limit = f"<= {t['target_s']:g} s" + (
             f", <= {_bytes(t['target_peak_bytes'])}" if t["target_peak_bytes"] else ""

@@ -1,7 +1,7 @@
 """One module per ``opconform`` subcommand, each with ``HELP``, ``add_arguments(parser)`` and
 ``run(args) -> int``; ``opconform.cli`` imports only the chosen one.
 
-The exit statuses every subcommand keeps (README, exit statuses) are named here, and bad input
+The exit statuses every subcommand keeps (docs/reports.md, exit statuses) are named here, and bad input
 is reported by ``usage_error``: one line ``opconform COMMAND: error: ...`` on stderr, status 2.
 """
 
