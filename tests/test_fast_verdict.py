@@ -186,3 +186,17 @@ def test_run_option_maps_to_the_plugin_option(tmp_path):
     assert "--opconform-first-failure" not in run_command.pytest_command(
         parser.parse_args([]), tmp_path / "r.json"
     )
+
+
+def test_report_opens_with_the_smallest_example_of_each_bug(fourbug):
+    """report.md's first failure section is the root causes: each bug's op with its smallest
+    falsifying example, before any failure is listed one by one."""
+    text = (Path(fourbug.out) / "report.md").read_text()
+    assert "Root causes first" in text and text.index("Root causes first") < text.index("Failures ("), text
+    causes = text[text.index("Root causes first") : text.index("Failures (")]
+    for op in fourbug_backend.ROOT_CAUSES:
+        entry = causes.split(f"fourbug@cpu {op}:", 1)
+        assert len(entry) == 2, (op, causes)
+        assert "smallest:" in entry[1].split("\n- ", 1)[0] and "example:" in entry[1].split("\n- ", 1)[0], (
+            entry[1]
+        )
