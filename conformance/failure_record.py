@@ -17,7 +17,10 @@ import re
 
 KNOWN = ("backend", "device")  # every record names them already; their reprs hold addresses
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # <function f at 0x7f...>: differs per run
-FALSIFYING = re.compile(r"Falsifying (?:explicit )?example: (\w+)\((.*)\)\s*\Z", re.S)
+# How Hypothesis introduces the falsifying call: "Falsifying example:" up to 6.16x, "Failing test
+# case:" since (6.170 writes one argument per line).
+EXAMPLE_PREFIXES = ("Falsifying example:", "Falsifying explicit example:", "Failing test case:")
+FALSIFYING = re.compile(r"(?:Falsifying (?:explicit )?example|Failing test case): (\w+)\((.*)\)\s*\Z", re.S)
 DRAW = re.compile(r"(Draw \d+(?: \([^)]*\))?): (.*)\Z", re.S)
 REPRODUCE = re.compile(r"@reproduce_failure\([^)]*\)")
 # A number as Python prints one; only the integer literals count in ``size``.
@@ -80,7 +83,7 @@ def example(params: dict, notes: list[str], *, seed=None) -> dict | None:
                 if sep and name.strip() not in KNOWN and not value.startswith("data(..."):
                     arguments[name.strip()] = _shown(value)
         elif drawn:
-            arguments[drawn.group(1)] = _shown(drawn.group(2))
+            arguments[drawn.group(1)] = _shown(_without_comments(drawn.group(2)))
         elif REPRODUCE.search(note):
             record["reproduce_failure"] = REPRODUCE.search(note).group(0)
     if not arguments and record["test"] is None and record["reproduce_failure"] is None:
@@ -137,7 +140,7 @@ def legacy_message(text: str | None) -> str | None:
         if not line.startswith("E "):
             continue
         line = line[1:].strip()
-        if line.startswith(("Falsifying", "Draw ", "Explanation:", "You can reproduce")):
+        if line.startswith(("Falsifying", "Failing test case", "Draw ", "Explanation:", "You can reproduce")):
             break
         lines.append(line if lines else re.sub(r"^[\w.]*(ConformanceError|Error|Exception): ", "", line))
     return "\n".join(lines) or None

@@ -22,7 +22,7 @@ import re
 
 import pytest
 
-from conformance import activation, failfast, ordering
+from conformance import activation, failfast, failure_record, ordering
 
 VERDICT = "opconform_verdict"  # user_properties key: the facts of the streamed line
 PREFIX = "opconform: broken"
@@ -42,34 +42,22 @@ def _leaves(exc: BaseException | None):
         stack.extend([current.__cause__, current.__context__])
 
 
-def _split_arguments(text: str) -> list[str]:
-    """``a=1, b=f(2, 3)`` -> ``["a=1", "b=f(2, 3)"]`` (commas at bracket depth 0)."""
-    parts, depth, start = [], 0, 0
-    for index, char in enumerate(text):
-        depth += char in "([{"
-        depth -= char in ")]}"
-        if char == "," and depth == 0:
-            parts.append(text[start:index].strip())
-            start = index + 1
-    parts.append(text[start:].strip())
-    return [p for p in parts if p]
-
-
 def example_line(exc: BaseException | None, parameters=("backend", "device")) -> str | None:
-    """Hypothesis's "Falsifying example: test(...)" note as one line, without its comments and
-    the arguments named in ``parameters`` (pytest's: the streamed line names backend, device and
-    op); None when there is none."""
+    """Hypothesis's "Falsifying example: test(...)" ("Failing test case:") note as one line,
+    without its comments and the arguments named in ``parameters`` (pytest's: the streamed line
+    names backend, device and op); None when there is none."""
     for current in _leaves(exc):
         for note in getattr(current, "__notes__", ()):
-            if not note.startswith("Falsifying example:"):
+            prefix = next((p for p in failure_record.EXAMPLE_PREFIXES if note.startswith(p)), None)
+            if prefix is None:
                 continue
-            lines = note.removeprefix("Falsifying example:").splitlines()
+            lines = note.removeprefix(prefix).splitlines()
             flat = " ".join(re.sub(r"\s+# .*$", "", line).strip() for line in lines)
             match = re.match(r"\s*([\w.]+)\((.*)\)\s*$", flat)
             if not match:
                 return flat.strip()[:EXAMPLE_LIMIT]
             drop = tuple(f"{name}=" for name in parameters)
-            kept = [a for a in _split_arguments(match.group(2)) if not a.startswith(drop)]
+            kept = [a for a in failure_record.split_arguments(match.group(2)) if not a.startswith(drop)]
             return ", ".join(kept)[:EXAMPLE_LIMIT] or None
     return None
 

@@ -61,6 +61,10 @@ def test_mutants_pytest_arguments_refused_are_one_line(capsys):
 def test_pytest_usage_line_reads_both_forms():
     argparse_form = "ERROR: usage: __main__.py [opts]\n__main__.py: error: unrecognized arguments: -z\n  x\n"
     assert pytest_usage_line(argparse_form) == "unrecognized arguments: -z"
+    pytest_9_2_form = (
+        "ERROR: usage: python -m pytest [opts]\npython -m pytest: error: unrecognized arguments: -z\n"
+    )
+    assert pytest_usage_line(pytest_9_2_form) == "unrecognized arguments: -z"
     plugin_form = "ERROR: --hypothesis-profile: unknown profile 'x'; known: [...]\n"
     assert pytest_usage_line(plugin_form) == "--hypothesis-profile: unknown profile 'x'; known: [...]"
     assert pytest_usage_line("some warning\n") is None

@@ -35,6 +35,13 @@ def test_example_from_hypothesis_notes():
         "reproduce_failure": "@reproduce_failure('6.1', b'AAE=')",
         "seed": 7,
     }
+    # Hypothesis 6.170 and later: "Failing test case:", a draw with its comment.
+    newer = [
+        NOTES[0].replace("Falsifying example:", "Failing test case:"),
+        "Draw 1 (positions): [0, 1]  # or any",
+        *NOTES[2:],
+    ]
+    assert failure_record.example({"op": "rms_norm"}, newer, seed=7) == record
     assert failure_record.example({}, []) is None
     assert failure_record.example({"case": object()}, [])["arguments"]["case"] == "<object object>"
 

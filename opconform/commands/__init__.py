@@ -59,7 +59,8 @@ def pytest_usage_line(stderr: str) -> str | None:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for line in lines:  # argparse: "ERROR: usage: ..." then "__main__.py: error: unrecognized ..."
         head, sep, message = line.partition(": error: ")
-        if sep and " " not in head:
+        # the program name: "__main__.py" (pytest < 9.2) or "python -m pytest" / "pytest" (9.2)
+        if sep and (" " not in head or head.endswith("pytest")) and not head.startswith("ERROR"):
             return message
     for line in lines:
         if line.startswith("ERROR: ") and not line.startswith("ERROR: usage:"):
