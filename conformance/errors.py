@@ -35,3 +35,22 @@ class ConformanceError(AssertionError):
         # The worst element of a numeric comparison (index, got, expected, abs/rel error, allowed):
         # the results record's ``largest_violation``.
         self.violation = violation
+
+
+def exceptions_under(exc: BaseException | None):
+    """``exc`` and, through exception groups, causes and contexts, every exception under it
+    (breadth first, each once)."""
+    seen, stack = set(), [exc]
+    while stack:
+        current = stack.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        stack.extend(getattr(current, "exceptions", ()))
+        stack.extend([current.__cause__, current.__context__])
+
+
+def conformance_error(exc: BaseException | None) -> ConformanceError | None:
+    """The first ConformanceError in ``exc``, its exception groups, causes and contexts."""
+    return next((e for e in exceptions_under(exc) if isinstance(e, ConformanceError)), None)

@@ -103,21 +103,6 @@ def unsupported_entry(item, info: dict):
     return None
 
 
-def conformance_error(exc: BaseException | None):
-    """The first ConformanceError in ``exc``, its exception groups, causes and contexts."""
-    seen, stack = set(), [exc]
-    while stack:
-        current = stack.pop(0)
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, errors.ConformanceError):
-            return current
-        stack.extend(getattr(current, "exceptions", ()))
-        stack.extend([current.__cause__, current.__context__])
-    return None
-
-
 class CaseTimeout(BaseException):
     """Raised in a case that ran past ``--opconform-timeout``; recorded as outcome ``timeout``."""
 
@@ -136,7 +121,7 @@ def record_call(item, call, report) -> None:
     case: dict = {}
     if report.failed:
         exc = call.excinfo.value if call.excinfo else None
-        error = conformance_error(exc)
+        error = errors.conformance_error(exc)
         if error is not None and info["dtype"] is None:
             info["dtype"] = case["dtype"] = dtype_name(error.dtype)
         command = rerun.for_item(item.config, item.nodeid)

@@ -22,31 +22,18 @@ import re
 
 import pytest
 
-from conformance import activation, failfast, failure_record, ordering
+from conformance import activation, errors, failfast, failure_record, ordering
 
 VERDICT = "opconform_verdict"  # user_properties key: the facts of the streamed line
 PREFIX = "opconform: broken"
 EXAMPLE_LIMIT = 400  # characters of the falsifying example kept on the line
 
 
-def _leaves(exc: BaseException | None):
-    """``exc`` and, through exception groups, causes and contexts, every exception under it."""
-    seen, stack = set(), [exc]
-    while stack:
-        current = stack.pop(0)
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        stack.extend(getattr(current, "exceptions", ()))
-        stack.extend([current.__cause__, current.__context__])
-
-
 def example_line(exc: BaseException | None, parameters=("backend", "device")) -> str | None:
     """Hypothesis's "Falsifying example: test(...)" ("Failing test case:") note as one line,
     without its comments and the arguments named in ``parameters`` (pytest's: the streamed line
     names backend, device and op); None when there is none."""
-    for current in _leaves(exc):
+    for current in errors.exceptions_under(exc):
         for note in getattr(current, "__notes__", ()):
             prefix = next((p for p in failure_record.EXAMPLE_PREFIXES if note.startswith(p)), None)
             if prefix is None:
@@ -67,7 +54,7 @@ def verdict_facts(item, call) -> dict:
     from conformance import checks  # torch: imported once a case has failed
 
     exc = call.excinfo.value if call.excinfo else None
-    error = next((e for e in _leaves(exc) if isinstance(e, checks.ConformanceError)), None)
+    error = next((e for e in errors.exceptions_under(exc) if isinstance(e, checks.ConformanceError)), None)
     marks = ordering.item_clauses(item)
     if error is not None:
         lines = str(error).splitlines()
