@@ -12,7 +12,6 @@ import importlib
 import multiprocessing
 import os
 import statistics
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import torch
 
 import backends as registry
 from benchmarks import cases as bench_cases
+from conformance.signatures import start_folder_on_path
 
 ORACLE = "oracle"
 
@@ -59,18 +59,11 @@ def _locate(locator: tuple):
     if kind == "entry-point":
         return next(b for b in registry.entry_point_backends() if b.name == locator[1])
     if kind == "module":
-        importable_from(locator[3] if len(locator) > 3 else os.getcwd())
+        start_folder_on_path(locator[3] if len(locator) > 3 else None)  # as `python -m` finds it
         return next(b for b in registry.load_backend_module(locator[1]) if b.name == locator[2])
     if kind == "peer":
         return next(p for p in peer_objects() if p.name == locator[1])
     raise ValueError(f"unknown implementation locator {locator!r}")
-
-
-def importable_from(folder: str) -> None:
-    """Put ``folder`` (where the bench started) on ``sys.path``, as ``python -m`` does, so a
-    ``--backend-module`` beside the user is found from the console script and in each worker."""
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
 
 
 def warning_lines(caught) -> list[str]:

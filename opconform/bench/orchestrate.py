@@ -24,11 +24,11 @@ import torch
 import backends as registry
 from benchmarks import cases as bench_cases
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason
+from conformance.signatures import start_folder_on_path
 from opconform.bench.measure import (
     MEMORY_METHODS,
     ORACLE,
     Impl,
-    importable_from,
     measure,
     oracle_function,
     peer_objects,
@@ -71,7 +71,7 @@ def select_impls(
         for ep_backend in registry.entry_point_backends():
             candidates.append(Impl(ep_backend.name, "backend", ("entry-point", ep_backend.name), ep_backend))
         folder = os.getcwd()
-        importable_from(folder)  # a module beside the user, as `python -m` and `opconform run` find it
+        start_folder_on_path(folder)  # a module beside the user, as `python -m` and `opconform run` find it
         for spec in backend_modules:
             for obj in registry.load_backend_module(spec):
                 candidates.append(Impl(obj.name, "backend", ("module", spec, obj.name, folder), obj))
