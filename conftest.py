@@ -3,8 +3,16 @@ the suite's warning filters to the self-tests as well.
 
 An installed opconform registers ``conformance.plugin`` through the ``pytest11`` entry point;
 loading it here as well would register it twice.
+
+The repository's own runs use one intra-op thread per process (unless OMP_NUM_THREADS says
+otherwise): the self-tests' tensors are small, ``pytest -n auto`` already gives each core a
+worker, and two OpenMP threads per worker (and per subprocess run) on those cores spent about
+half of the attention and serving properties' CPU time waiting for each other. A user's
+``opconform run`` does not read this file.
 """
 
+import os
+import sys
 from importlib import metadata
 
 import pytest
@@ -15,8 +23,13 @@ if not any(ep.value == "conformance.plugin" for ep in metadata.entry_points(grou
     pytest_plugins = ["conformance.plugin"]
 
 
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported; subprocesses inherit it
+
+
 def pytest_configure(config):
     """The plugin adds WARNING_FILTERS once it activates; tests/ may import torch without it."""
+    if "torch" in sys.modules:  # imported before this file (by another plugin): set it there too
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     for line in WARNING_FILTERS:
         config.addinivalue_line("filterwarnings", line)
 
