@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -50,15 +51,18 @@ def run_suite(
     return document
 
 
-def run_test_file(tmp_path: Path, name: str, source: str) -> subprocess.CompletedProcess:
-    """Write ``source`` to ``tmp_path/name`` and run it with the plugin on the native backend,
-    outside the repository (the plugin from the pytest11 entry point when installed)."""
+def run_test_file(
+    tmp_path: Path, name: str, source: str, *, paths: list[str] = ()
+) -> subprocess.CompletedProcess:
+    """Write ``source`` to ``tmp_path/name`` and run it (or ``paths`` in ``tmp_path``) with the plugin
+    on the native backend, outside the repository (the plugin from the pytest11 entry point when
+    installed)."""
     (tmp_path / name).write_text(source)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     installed = any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
                *([] if installed else ["-p", "conformance.plugin"]),
-               "--backend=native", str(tmp_path / name)]  # fmt: skip
+               "--backend=native", *(str(tmp_path / p) for p in (paths or [name]))]  # fmt: skip
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -92,3 +96,30 @@ def produced_once(tmp_path_factory, name: str, produce: Callable[[Path], dict]) 
         if not index.exists():
             index.write_text(json.dumps(produce(root)))
         return json.loads(index.read_text())
+
+
+# Test files whose marks are wrong, each a collection error of its own (tests/test_plugin.py,
+# tests/test_spec_coverage.py): collected in one run outside the repository.
+BAD_MARK_FILES = {
+    "test_typo.py": "import pytest\n\n\n@pytest.mark.clause('ACT-GEGLU')\n@pytest.mark.op('gelu_and_mull')\n"
+    "def test_typo(backend, device):\n    assert True\n",
+    "test_bogus.py": "import pytest\n\n\n@pytest.mark.clause('ACT-NO-SUCH-CLAUSE')\n"
+    "def test_bogus(backend, device):\n    assert True\n",
+}
+
+
+def bad_mark_collection(tmp_path_factory) -> dict:
+    """One plugin run of BAD_MARK_FILES (``run_test_file``), once per session: its exit status and
+    its output split per file (``file name -> the lines of its collection error``)."""
+
+    def produce(folder: Path) -> dict:
+        for name, source in list(BAD_MARK_FILES.items())[1:]:
+            (folder / name).write_text(source)
+        first, source = next(iter(BAD_MARK_FILES.items()))
+        proc = run_test_file(folder, first, source, paths=list(BAD_MARK_FILES))
+        output = proc.stdout + proc.stderr
+        sections = re.split(r"_+ ERROR collecting (\S+) _+\n", output)
+        errors = {Path(name).name: text for name, text in zip(sections[1::2], sections[2::2], strict=True)}
+        return {"returncode": proc.returncode, "output": output, "errors": errors}
+
+    return produced_once(tmp_path_factory, "opconform-bad-marks", produce)

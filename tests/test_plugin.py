@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from suite_runner import REPO, outcomes, run_suite, run_test_file
+from suite_runner import REPO, bad_mark_collection, outcomes, run_suite
 
 EXTERNAL_MODULE = """
 from backends.native import NativeBackend
@@ -207,22 +207,16 @@ def test_good_option_values_are_kept():
     assert options.unwritable(str(REPO)) == "it is a directory"
 
 
-def test_unknown_op_mark_fails_collection(tmp_path):
+def test_unknown_op_mark_fails_collection(tmp_path_factory):
     """An op mark naming an op outside backends.OPS is a collection error naming the test and the
     known ops, not a silent "not implemented" on every backend."""
-    proc = run_test_file(
-        tmp_path,
-        "test_typo.py",
-        "import pytest\n\n\n"
-        "@pytest.mark.clause('ACT-GEGLU')\n"
-        "@pytest.mark.op('gelu_and_mull')\n"
-        "def test_typo(backend, device):\n"
-        "    assert True\n",
-    )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output  # pytest: interrupted by collection errors
-    assert "test_typo.py::test_typo" in output and "unknown op(s) [('gelu_and_mull',)]" in output, output
-    assert "'gelu_and_mul'" in output and "'npu_geglu_args'" in output and "1 error" in output, output
+    run = bad_mark_collection(tmp_path_factory)
+    assert run["returncode"] == 2, run["output"]  # pytest: interrupted by collection errors
+    output = run["errors"].get("test_typo.py", "")
+    assert "test_typo.py::test_typo" in output, run["output"]
+    assert "unknown op(s) [('gelu_and_mull',)]" in output, run["output"]
+    assert "'gelu_and_mul'" in output and "'npu_geglu_args'" in output, run["output"]
+    assert f"{len(run['errors'])} errors" in run["output"], run["output"]
 
 
 class FakeConfig:

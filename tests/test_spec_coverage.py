@@ -6,7 +6,7 @@ import importlib
 from pathlib import Path
 
 import pytest
-from suite_runner import run_test_file
+from suite_runner import bad_mark_collection
 
 from conformance import spec_index
 
@@ -52,16 +52,9 @@ def test_spec_index_rejects_duplicate_clauses(tmp_path):
         spec_index.load_clauses(str(tmp_path))
 
 
-def test_unknown_clause_fails_collection(tmp_path):
+def test_unknown_clause_fails_collection(tmp_path_factory):
     """A property that names a clause missing from spec/ is a collection error, not a silent pass."""
-    proc = run_test_file(
-        tmp_path,
-        "test_bogus.py",
-        "import pytest\n\n\n"
-        "@pytest.mark.clause('ACT-NO-SUCH-CLAUSE')\n"
-        "def test_bogus(backend, device):\n"
-        "    assert True\n",
-    )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, output  # pytest: interrupted by collection errors
-    assert "unknown clause(s) ['ACT-NO-SUCH-CLAUSE']" in output and "1 error" in output, output
+    run = bad_mark_collection(tmp_path_factory)
+    assert run["returncode"] == 2, run["output"]  # pytest: interrupted by collection errors
+    output = run["errors"].get("test_bogus.py", "")
+    assert "unknown clause(s) ['ACT-NO-SUCH-CLAUSE']" in output, run["output"]
