@@ -169,29 +169,34 @@ def test_merge_with_an_input_that_lacked_a_requested_device_exits_3(tmp_path, ca
     assert cli.main(["merge", cpu, cpu]) == 0
 
 
-@pytest.mark.parametrize("device_type", ["npu", "cuda"])
-def test_run_on_a_requested_absent_device_exits_3(tmp_path, device_type):
-    """--device npu without torch_npu (it was four collection errors from torch.device('npu')) or
-    --device cuda without CUDA (it was all skipped, exit 0): the cases skip with the reason, the
-    report names the absent device, and the run exits 3 with a one-line message."""
+def test_run_on_requested_absent_devices_exits_3(tmp_path):
+    """--device npu without torch_npu (it was four collection errors from torch.device('npu')) and
+    --device cuda without CUDA (it was all skipped, exit 0), asked for in one run: the cases skip
+    with the reason, the report names each absent device, and the run exits 3 with one line."""
     import torch
-
-    device = device_type
     from report_runs import opconform
 
-    if (device == "cuda" and torch.cuda.is_available()) or (device == "npu" and hasattr(torch, "npu")):
-        pytest.skip(f"a {device} device may be present here")
-    proc = opconform("run", "--backend", "native", "--device", device, "--profile", "ci", "-n", "0",
-                     "--out", str(tmp_path), "--", "-k", "geglu_matches_oracle", cwd=tmp_path)  # fmt: skip
+    devices = [d for d in ("npu", "cuda") if not (d == "cuda" and torch.cuda.is_available())]
+    devices = [d for d in devices if not (d == "npu" and hasattr(torch, "npu"))]
+    if not devices:
+        pytest.skip("a cuda and an npu device may be present here")
+    proc = opconform("run", "--backend", "native", *(f"--device={d}" for d in devices), "--profile", "ci",
+                     "-n", "0", "--out", str(tmp_path), "--", "-k", "geglu_matches_oracle",
+                     cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert f"opconform run: requested device(s) absent: {device} (" in proc.stderr, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if "requested device(s) absent" in line]
+    assert line.startswith("opconform run: requested device(s) absent: ") and all(
+        f"{d} (" in line for d in devices
+    ), proc.stderr
     assert "error" not in proc.stdout.lower().split("opconform summary")[0][-300:], proc.stdout
     document = json.loads((tmp_path / "report.json").read_text())
-    assert list(document["absent_devices"]) == [device]
-    assert document["results"] and all(
-        r["outcome"] == "skipped" and r["reason"].startswith(f"device {device}:") for r in document["results"]
-    )
-    assert f"requested device {device} is absent" in proc.stdout
+    assert sorted(document["absent_devices"]) == sorted(devices)
+    for device in devices:
+        cases = [r for r in document["results"] if r["device"] == device]
+        assert cases and all(
+            r["outcome"] == "skipped" and r["reason"].startswith(f"device {device}:") for r in cases
+        )
+        assert f"requested device {device} is absent" in proc.stdout
 
 
 @pytest.mark.parametrize(
