@@ -63,6 +63,25 @@ def _outside_frames(excinfo) -> list[str]:
     return frames[-MAX_FRAMES:]
 
 
+def defer_traceback(item) -> None:
+    """Under ``--tb=auto`` a suite case's failure is shown as its record (``shorten`` replaces
+    pytest's traceback): give the case a ``repr_failure`` that builds only the crash location, not
+    the traceback whose source lookups (the suite's long modules, parsed per frame) cost ~25 ms a
+    failing case, i.e. seconds for a broken backend's run. Hypothesis's patch of ``@example``
+    lines for the failing examples is dropped too: it would edit the suite's own source, and
+    building it imported libcst (~1 s) and put its DeprecationWarnings in the user's summary."""
+    if item.config.getoption("tbstyle", "auto") != "auto":
+        return
+
+    def repr_failure(excinfo, style=None):
+        from _pytest._code.code import ExceptionChainRepr, ReprTraceback
+
+        item.__dict__.pop("_hypothesis_failing_examples", None)  # the example is in the record
+        return ExceptionChainRepr([(ReprTraceback([], None, "native"), excinfo._getreprcrash(), None)])
+
+    item.repr_failure = repr_failure
+
+
 def shorten(config, report, failure: dict, excinfo) -> bool:
     """Show ``failure``'s lines as the report's traceback (``--tb=auto`` only); True if done."""
     if config.getoption("tbstyle", "auto") != "auto" or report.longrepr is None:

@@ -375,7 +375,7 @@ def pytest_runtest_setup(item):
     backend, device = params.get("backend"), params.get("device")
     if backend is not None or item.get_closest_marker("clause"):
         # user_properties travel with every report, also from xdist workers to the recorder.
-        item.user_properties.append((recorder.INFO, recorder.case_info(item)))
+        recorder.attach_case(item)
     if isinstance(getattr(device, "type", None), str):  # not a user test's own `device` argument
         reason = absent_reason(device.type)
         if reason:

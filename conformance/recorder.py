@@ -92,6 +92,12 @@ def note_collection(config, items) -> None:
         config.workeroutput[COLLECTED] = collected
 
 
+def attach_case(item) -> None:
+    """At setup: the case's info (``case_info``) on the item, and its failure shown as its record."""
+    item.user_properties.append((INFO, case_info(item)))
+    failure_capture.defer_traceback(item)
+
+
 def unsupported_entry(item, info: dict):
     """The ``unsupported`` entry that applies to the case, recorded as its expectation verdict
     (the plugin skips the case at setup with the returned label); None when there is none."""
