@@ -57,6 +57,14 @@ def fourbug(tmp_path_factory):
     return SimpleNamespace(**run, document=report.load(path), streamed=streamed)
 
 
+def test_failures_bring_no_patch_of_the_suites_source(fourbug):
+    """A failing case's example is in its record: Hypothesis's @example patch of the suite's own
+    test module is not built, so libcst's DeprecationWarnings no longer fill the user's summary."""
+    assert fourbug.returncode == 1 and "failed" in fourbug.stdout, fourbug.stdout[-2000:]
+    assert "libcst" not in fourbug.stdout + fourbug.stderr, fourbug.stdout[-3000:]
+    assert not list(Path(fourbug.out).parent.rglob("*.patch"))
+
+
 def test_streamed_lines_name_each_bug_by_its_pinning_clause(fourbug):
     """Each of the four bugs' first streamed line names the clause that pins it (not an echo such
     as ACT-GEGLU's tolerance noise), with op, backend@device, got/expected and the example; each
