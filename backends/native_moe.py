@@ -46,10 +46,29 @@ def weights_of(scores, ids, scoring, renormalize, routed_scaling_factor):
     return picked * routed_scaling_factor
 
 
-def select_experts(router_logits, *, top_k, scoring, renormalize, correction_bias, num_groups, topk_group,
-                   group_score, routed_scaling_factor):  # fmt: skip
-    _moe.validate_routing_args(router_logits, top_k, scoring, renormalize, correction_bias, num_groups,
-                               topk_group, group_score, routed_scaling_factor)  # fmt: skip
+def select_experts(
+    router_logits,
+    *,
+    top_k,
+    scoring,
+    renormalize,
+    correction_bias,
+    num_groups,
+    topk_group,
+    group_score,
+    routed_scaling_factor,
+):
+    _moe.validate_routing_args(
+        router_logits,
+        top_k,
+        scoring,
+        renormalize,
+        correction_bias,
+        num_groups,
+        topk_group,
+        group_score,
+        routed_scaling_factor,
+    )
     scores = scores32(router_logits, scoring)
     selection = scores
     if correction_bias is not None:  # MOE-BIAS: in its own precision (float32 or wider)
@@ -85,12 +104,14 @@ def activation32(h: torch.Tensor, activation: str, limit: float | None) -> torch
     return gate * torch.sigmoid(_moe.OAI_ALPHA * gate) * (up + 1)
 
 
-def fused_moe(x, w13, w2, topk_weights, topk_ids, *, activation, limit, apply_router_weight_on_input,
-              output_scale):  # fmt: skip
+def fused_moe(
+    x, w13, w2, topk_weights, topk_ids, *, activation, limit, apply_router_weight_on_input, output_scale
+):
     """MOE-FUSED: per expert, its tokens through w13, the activation and w2 in x's dtype (float32
     activation), weighted and summed in float32, rounded once to x's dtype."""
-    limit = _moe.validate_fused_args(x, w13, w2, topk_weights, topk_ids, activation, limit,
-                                     apply_router_weight_on_input, output_scale)  # fmt: skip
+    limit = _moe.validate_fused_args(
+        x, w13, w2, topk_weights, topk_ids, activation, limit, apply_router_weight_on_input, output_scale
+    )
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     ids = topk_ids.to(x.device, torch.int64)
     weights = topk_weights.to(x.device, torch.float32)

@@ -71,6 +71,10 @@ def moe_router_config(config) -> dict:
     if model_type == "deepseek_v2":
         grouped = field("topk_method") == "group_limited_greedy"
         groups, kept = (field("n_group"), field("topk_group")) if grouped else (1, 1)
+        if groups is None or kept is None:
+            raise ValueError(
+                "config.n_group and config.topk_group must be set for topk_method 'group_limited_greedy'"
+            )
         return _result(top_k, "softmax", False, groups=groups, kept=kept, rsf=field("routed_scaling_factor"))
     if model_type == "qwen3_moe":
         return _result(top_k, "softmax", field("norm_topk_prob"))
