@@ -39,6 +39,9 @@ CONFIG_FIELDS = {
         ("layer_types", "use_sliding_window", "sliding_window_pattern", "max_window_layers"),
     ),
     ("swiglu_limit", "config"): ("ACT-LIMIT-CONFIG", ("swiglu_limits", "swiglu_limits_shared")),
+    ("moe_router_config", "config"): ("MOE-CONFIG", ("num_experts_per_tok", "n_group", "topk_group",
+                                      "norm_topk_prob", "routed_scaling_factor", "topk_method",
+                                      "moe_router_scaling_factor")),
 }  # fmt: skip
 
 
