@@ -254,7 +254,7 @@ def test_router_config(backend, device, config):
 @pytest.mark.op("append_shared_experts")
 @FEW
 @given(
-    recipe=routing_recipes(grouped=False),
+    recipe=routing_recipes(grouped=False, tokens=3),
     on_output=st.booleans(),
     shared=st.integers(1, 2),
     weights_dtype=st.sampled_from((torch.float32, torch.bfloat16)),
@@ -263,10 +263,11 @@ def test_shared_expert_slots(backend, device, recipe, on_output, shared, weights
     """The routed slots unchanged, then one slot per shared expert: weight 1, or 1/rsf with rsf on the
     output."""
     logits, _ = recipe.make(device)
-    w = torch.softmax(logits.float(), -1)[:, : recipe.top_k].to(weights_dtype)
-    i = torch.arange(recipe.top_k, device=device).expand(recipe.tokens, -1)
-    if recipe.strided:
-        w, i = w.t().contiguous().t(), i.t().contiguous().t()
+    w = torch.softmax(logits.float(), -1)[:, : recipe.top_k].to(weights_dtype).contiguous()
+    ids_dtype = torch.int32 if recipe.seed % 2 else torch.int64
+    i = torch.arange(recipe.top_k, device=device, dtype=ids_dtype).expand(recipe.tokens, -1).contiguous()
+    if recipe.strided:  # rows twice as far apart (views of a wider buffer)
+        w, i = (torch.cat([t, t], dim=-1)[:, : recipe.top_k] for t in (w, i))
     shared_ids = tuple(range(recipe.experts, recipe.experts + shared))
     kw = dict(
         shared_ids=shared_ids, rsf_on_output=on_output, routed_scaling_factor=recipe.routed_scaling_factor

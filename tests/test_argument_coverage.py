@@ -127,6 +127,7 @@ def test_a_field_never_left_out_is_found():
         "layer_windows": {"config": {"fields": ["layer_types,model_type,use_sliding_window",
                                                 "max_window_layers,model_type,sliding_window_pattern,use_sliding_window"]}},
         "swiglu_limit": {"config": {"fields": ["swiglu_limits", "swiglu_limits_shared"]}},
+        "moe_router_config": {"config": {"fields": ["model_type"]}},
         "dpm_scheduler": {"beta_start": {"value": ["<omitted>", "float:0.0001"]},
                           "solver_order": {"value": ["int:2"]}},
     }  # fmt: skip
