@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from backends import paged
+from backends import native_moe, paged
 from reference import activations as _act
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
@@ -238,6 +238,13 @@ class NativeBackend:
     @staticmethod
     def gemma_fused_add_rms_norm(x, residual, weight, *, eps):
         return _fused(_gemma_rms_norm, x, residual, weight, eps)
+
+    # --- MoE routing and the expert computation (spec/moe.md): backends/native_moe.py -----------
+
+    select_experts = staticmethod(native_moe.select_experts)
+    append_shared_experts = staticmethod(native_moe.append_shared_experts)
+    fused_moe = staticmethod(native_moe.fused_moe)
+    moe_router_config = staticmethod(native_moe.moe_router_config)
 
 
 BACKEND = NativeBackend()

@@ -274,3 +274,8 @@ def _require_fia_paged_features(meta, k_cache, v_cache, sinks) -> None:
 
 BACKEND = AscendBackend("npu", import_torch_npu, _real_ops_unavailable)
 EMULATED = AscendBackend("npu-emulated", load_emulator, emulator_unavailable)
+
+# --- MoE routing and the expert computation (spec/moe.md), in its own module ------------------
+from backends import npu_moe  # noqa: E402 - after the class it extends
+
+npu_moe.install(AscendBackend)

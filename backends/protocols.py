@@ -243,3 +243,56 @@ class ServingOps(Protocol):
 __all__ += ["ServingOps"]
 FAMILIES["serving"] = ServingOps
 OPS.update({op: "serving" for op in protocol_ops(ServingOps)})
+
+
+# --- MoE routing and the expert computation (spec/moe.md), in its own block --------------------
+
+
+class MoeOps(Protocol):
+    """Expert routing, shared-expert slots, the fused expert MLP and the config reader (MOE-*;
+    ``reference.moe``): logits [T, E] -> (weights float32 [T, k], ids [T, k]); x [T, H] -> [T, H]."""
+
+    def select_experts(
+        self,
+        router_logits: torch.Tensor,
+        *,
+        top_k: int,
+        scoring: str,
+        renormalize: bool,
+        correction_bias: torch.Tensor | None,
+        num_groups: int,
+        topk_group: int,
+        group_score: str,
+        routed_scaling_factor: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def append_shared_experts(
+        self,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        *,
+        shared_ids: tuple[int, ...],
+        rsf_on_output: bool,
+        routed_scaling_factor: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def fused_moe(
+        self,
+        x: torch.Tensor,
+        w13: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        *,
+        activation: str,
+        limit: float | None,
+        apply_router_weight_on_input: bool,
+        output_scale: float,
+    ) -> torch.Tensor: ...
+
+    def moe_router_config(self, config: Any) -> dict: ...
+
+
+__all__ += ["MoeOps"]
+FAMILIES["moe"] = MoeOps
+OPS.update({op: "moe" for op in protocol_ops(MoeOps)})

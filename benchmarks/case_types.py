@@ -18,6 +18,7 @@ FAMILIES: dict[str, str] = {
     "serving": "reference.serving",
     "norms": "reference.norms",
 }
+FAMILIES["moe"] = "reference.moe"
 
 SHAPE_SETS = ("full", "quick")
 

@@ -250,3 +250,41 @@ SCALING_RULES = (
     conversion_magnitude,
     dpm_atol_scale,
 )
+
+
+# --- MoE (spec/moe.md, MOE-TOL), in its own block ------------------------------------------------
+# Routing weights are float32 whatever the logits' dtype: a few dozen float32 roundings at most
+# (softmax over E <= 256, the sum of k, two products). fused_moe: 4 unit roundoffs of the output
+# dtype, of the magnitude moe_magnitude bounds (first-order bound 3u; spec/tolerances.md).
+TOLERANCES["moe-routing"] = {torch.float32: Tolerance(rtol=1e-5, atol=1e-6)}
+TOLERANCES["moe"] = {
+    torch.float32: Tolerance(rtol=1e-5, atol=1e-5),
+    torch.float16: Tolerance(rtol=2e-3, atol=2e-3),
+    torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1.6e-2),
+}
+
+
+def moe_magnitude(x, w13, w2, topk_weights, topk_ids, *, activation, limit, apply_router_weight_on_input,
+                  output_scale) -> torch.Tensor:  # fmt: skip
+    """MOE-TOL: max(1, M) per output element, M = output_scale * sum_j |w_j| (A_j @ |w2[e_j]|^T), with
+    A = H_g (H_u + 1) + 1.1 (H_u + 1) H_g + (H_g + 1) H_u and H = |v| @ |w13[e]|^T >= |h|
+    (|act| <= |gate| (|up| + 1); its partials are at most 1.1 (|up| + 1) and |gate| + 1): the first-order
+    bound of every rounding of h, the activation and the down projection, relative to magnitudes."""
+    v = x.detach().to("cpu", torch.float64).abs()
+    weights = topk_weights.detach().to("cpu", torch.float64).abs()
+    ids = topk_ids.detach().to("cpu", torch.int64)
+    out = torch.zeros_like(v)
+    for t in range(v.shape[0]):
+        for j in range(ids.shape[1]):
+            e, w = int(ids[t, j]), weights[t, j]
+            up = w13[e].detach().to("cpu", torch.float64)
+            vin = v[t] * w if apply_router_weight_on_input else v[t]
+            bound = vin @ up.abs().T  # |h| <= H
+            hg, hu = (bound[::2], bound[1::2]) if activation == "swiglu_oai" else bound.tensor_split(2)
+            a = hg * (hu + 1) + 1.1 * (hu + 1) * hg + (hg + 1) * hu
+            y = w2[e].detach().to("cpu", torch.float64).abs() @ a
+            out[t] += y if apply_router_weight_on_input else y * w
+    return (out * float(output_scale)).clamp_min(1.0)
+
+
+SCALING_RULES = (*SCALING_RULES, moe_magnitude)

@@ -39,6 +39,9 @@ CONFIG_FIELDS = {
         ("layer_types", "use_sliding_window", "sliding_window_pattern", "max_window_layers"),
     ),
     ("swiglu_limit", "config"): ("ACT-LIMIT-CONFIG", ("swiglu_limits", "swiglu_limits_shared")),
+    ("moe_router_config", "config"): ("MOE-CONFIG", ("num_experts_per_tok", "n_group", "topk_group",
+                                      "norm_topk_prob", "routed_scaling_factor", "topk_method",
+                                      "moe_router_scaling_factor")),
 }  # fmt: skip
 
 
@@ -124,6 +127,7 @@ def test_a_field_never_left_out_is_found():
         "layer_windows": {"config": {"fields": ["layer_types,model_type,use_sliding_window",
                                                 "max_window_layers,model_type,sliding_window_pattern,use_sliding_window"]}},
         "swiglu_limit": {"config": {"fields": ["swiglu_limits", "swiglu_limits_shared"]}},
+        "moe_router_config": {"config": {"fields": ["model_type"]}},
         "dpm_scheduler": {"beta_start": {"value": ["<omitted>", "float:0.0001"]},
                           "solver_order": {"value": ["int:2"]}},
     }  # fmt: skip

@@ -1,0 +1,135 @@
+"""How a backend's routing and expert outputs are judged (spec/moe.md, MOE-TIES, MOE-PADDED, MOE-TOL).
+
+``check_routing`` calls ``select_experts`` and accepts any slot order and any choice between
+selection scores equal within the tie tolerance; the weights are compared with the oracle's
+weights of the backend's own ids. ``check_fused`` compares a fused_moe output with the oracle's
+under the ``moe`` row, its absolute term scaled by ``moe_magnitude``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conformance.checks import assert_close, check, check_output, describe
+from conformance.strategies.moe import tie_tolerance
+from conformance.tolerances import moe_magnitude, tolerance
+from reference import moe as oracle
+
+ROUTING_TOL = tolerance("moe-routing", torch.float32)
+
+
+def call_routing(backend, logits, bias, options: dict, *, clause: str, context: str):
+    """The backend's (weights, ids), checked for shape, dtypes and device."""
+    out = backend.select_experts(logits, correction_bias=bias, **options)
+    check(
+        isinstance(out, tuple | list) and len(out) == 2,
+        clause=clause,
+        message=f"{context}: returned {type(out).__name__}, expected the pair (weights, ids)",
+    )
+    weights, ids = out
+    shape = (logits.shape[0], options["top_k"])
+    want = torch.empty(shape)
+    check_output(
+        weights, want, clause=clause, context=f"{context}: weights", dtype=torch.float32, device=logits.device
+    )
+    check_output(ids, want, clause=clause, context=f"{context}: ids", device=logits.device)
+    check(
+        tuple(weights.shape) == shape
+        and tuple(ids.shape) == shape
+        and ids.dtype in (torch.int32, torch.int64),
+        clause=clause,
+        message=f"{context}: weights {tuple(weights.shape)}, ids {ids.dtype} "
+        f"{tuple(ids.shape)}; expected {shape} and int32/int64 ids",
+    )
+    return weights, ids
+
+
+def check_valid_ids(ids: torch.Tensor, experts: int, *, clause: str, context: str) -> None:
+    """k distinct ids in [0, E) per token."""
+    ids = ids.cpu().long()
+    in_range = bool(((ids >= 0) & (ids < experts)).all())
+    distinct = ids.shape[1] < 2 or bool((ids.sort(-1).values.diff(dim=-1) != 0).all())
+    check(
+        in_range and distinct,
+        clause=clause,
+        message=f"{context}: ids must be distinct and in [0, {experts}), got {ids.tolist()}",
+    )
+
+
+def check_routing(backend, device, recipe, clause: str, logits=None, bias=None):
+    """MOE-SELECT as judged by MOE-TIES (any order, ties accepted) and MOE-PADDED; returns (weights, ids)."""
+    if logits is None:
+        logits, bias = recipe.make(device)
+    options = recipe.options
+    bias_name = None if bias is None else f"{recipe.bias} ({str(bias.dtype).removeprefix('torch.')})"
+    context = describe(
+        backend,
+        device,
+        "select_experts",
+        **options,
+        correction_bias=bias_name,
+        logits=f"{str(logits.dtype).removeprefix('torch.')} {tuple(logits.shape)}",
+    )
+    weights, ids = call_routing(backend, logits, bias, options, clause=clause, context=context)
+    check_valid_ids(ids, recipe.experts, clause=clause, context=context)
+    cpu_logits, cpu_bias = logits.cpu(), None if bias is None else bias.cpu()
+    padded = oracle.padded_rows(cpu_logits)
+    got_w, got_i = weights.detach().cpu(), ids.cpu().long()
+    check(
+        bool(torch.isfinite(got_w[padded]).all()),
+        clause=clause,
+        message=f"{context}: a padded row (NaN/Inf logits) got non-finite weights {got_w[padded].tolist()}",
+    )
+    real = ~padded
+    _, sel = oracle.selection_scores(cpu_logits, scoring=recipe.scoring, correction_bias=cpu_bias)
+    allowed = oracle.allowed_experts(
+        sel, num_groups=recipe.num_groups, topk_group=recipe.topk_group, group_score=recipe.group_score
+    )
+    _, want_i = oracle.select_experts(cpu_logits, correction_bias=cpu_bias, **options)
+    inside = allowed.gather(1, got_i).all(dim=-1) | padded
+    bad_rows = (~inside).nonzero().flatten().tolist()
+    check(
+        not bad_rows,
+        clause=clause,
+        message=f"{context}: token(s) {bad_rows} chose experts outside the kept "
+        f"groups: got {got_i[bad_rows].tolist()}, expected {want_i[bad_rows].sort(-1).values.tolist()}",
+    )
+    got_sel = sel.gather(1, got_i).sort(-1, descending=True).values
+    want_sel = sel.gather(1, want_i).sort(-1, descending=True).values
+    worse = ((got_sel - want_sel).abs() > tie_tolerance(want_sel)).any(dim=-1) & real
+    rows = worse.nonzero().flatten().tolist()
+    check(
+        not rows,
+        clause=clause,
+        message=f"{context}: token(s) {rows} chose experts "
+        f"{got_i[rows].sort(-1).values.tolist()}; the oracle chooses {want_i[rows].sort(-1).values.tolist()} "
+        f"(selection scores {got_sel[rows].tolist()} vs {want_sel[rows].tolist()})",
+    )
+    expected = oracle.routing_weights(
+        cpu_logits,
+        got_i,
+        scoring=recipe.scoring,
+        renormalize=recipe.renormalize,
+        routed_scaling_factor=recipe.routed_scaling_factor,
+    )
+    if bool(real.any()):
+        assert_close(
+            got_w[real], expected[real], clause=clause, context=f"{context}: weights by id", tol=ROUTING_TOL
+        )
+    return weights, ids
+
+
+def check_fused(got, want, inputs, options: dict, *, clause: str, context: str, expected_as="expected"):
+    """MOE-TOL: the ``moe`` row of x's dtype, atol scaled by moe_magnitude of ``inputs``."""
+    x = inputs[0]
+    assert_close(
+        got,
+        want,
+        clause=clause,
+        context=context,
+        family="moe",
+        dtype=x.dtype,
+        device=x.device,
+        atol_scale=moe_magnitude(*inputs, **options),
+        expected_as=expected_as,
+    )

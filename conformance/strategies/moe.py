@@ -1,0 +1,237 @@
+"""Hypothesis strategies for the MoE properties (spec/moe.md).
+
+A ``RoutingRecipe`` gives router logits (and a correction bias) whose selection the contract can
+judge (MOE-TIES): each row's logits are a shuffled grid of distinct values (spacing 6 / E, jitter
+a quarter of it, so distinct in every tested dtype), and a recipe whose float64 selection gaps at
+the k-th and the group boundary fall under ``MARGIN`` tie tolerances is redrawn from the next seed.
+A ``FusedRecipe`` gives fused_moe's inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from hypothesis import strategies as st
+
+from conformance.strategies.common import FLOAT_DTYPES, seeds
+from reference import moe as oracle
+
+# MOE-TIES: a selection gap must be this many tie tolerances wide to be drawn.
+MARGIN = 64
+# The field's routed scaling factors: DeepSeek-V3 2.5, Hunyuan 2.826, DeepSeek-V2 16.
+FACTORS = (1.0, 2.5, 2.826, 16.0)
+# Correction biases: small ones, negative ones (MOE-GROUPS: negative selection scores inside the
+# kept groups), DeepSeek-V3-like ones near 7 with differences below bfloat16's spacing (MOE-BIAS).
+BIAS_KINDS = (None, "small", "negative", "near7")
+
+
+def tie_tolerance(selection: torch.Tensor) -> torch.Tensor:
+    """MOE-TIES: 8 float32 unit roundoffs of max(1, |sel|)."""
+    return 8 * (torch.finfo(torch.float32).eps / 2) * selection.abs().clamp_min(1.0)
+
+
+@dataclass(frozen=True)
+class RoutingRecipe:
+    tokens: int
+    experts: int
+    top_k: int
+    scoring: str
+    renormalize: bool
+    num_groups: int
+    topk_group: int
+    group_score: str
+    routed_scaling_factor: float
+    dtype: torch.dtype
+    seed: int
+    bias: str | None = None
+    bias_dtype: torch.dtype = torch.float32
+    poison: str | None = None  # MOE-PADDED: "nan", "inf" or "-inf" in rows 0 and tokens - 1
+    tie: bool = False  # MOE-TIES: the k-th and (k+1)-th logits made exactly equal
+    strided: bool = False
+    require_flip: bool = False  # MOE-BIAS: the bias rounded to bfloat16 must change a selection
+
+    @property
+    def options(self) -> dict:
+        """select_experts' keywords but the bias."""
+        return dict(
+            top_k=self.top_k,
+            scoring=self.scoring,
+            renormalize=self.renormalize,
+            num_groups=self.num_groups,
+            topk_group=self.topk_group,
+            group_score=self.group_score,
+            routed_scaling_factor=self.routed_scaling_factor,
+        )
+
+    def _draw(self, seed: int):
+        gen = torch.Generator().manual_seed(seed)
+        # near7: logits close together, so that score gaps are of the bias differences' size (MOE-BIAS)
+        step = (0.4 if self.bias == "near7" else 6.0) / self.experts
+        grid = torch.stack([torch.randperm(self.experts, generator=gen) for _ in range(self.tokens)]).double()
+        jitter = (torch.rand(self.tokens, self.experts, generator=gen, dtype=torch.float64) - 0.5) * step / 2
+        logits = ((grid - self.experts / 2) * step + jitter).to(self.dtype)
+        bias = None
+        if self.bias is not None:
+            u = torch.rand(self.experts, generator=gen, dtype=torch.float64)
+            base = {"small": (u - 0.5) * 0.6, "negative": -0.6 - 0.9 * u, "near7": 7.0 + (u - 0.5) * 0.04}
+            bias = base[self.bias].to(self.bias_dtype)
+        if self.tie and self.top_k < self.experts:
+            order = logits.double().argsort(dim=-1, descending=True)
+            rows = torch.arange(self.tokens)
+            logits[rows, order[:, self.top_k]] = logits[rows, order[:, self.top_k - 1]]
+        return logits, bias
+
+    def _judgeable(self, logits, bias) -> bool:
+        _, sel = oracle.selection_scores(logits, scoring=self.scoring, correction_bias=bias)
+        tol = float(tie_tolerance(sel).max())
+        if self.num_groups > 1:
+            grouped = sel.view(self.tokens, self.num_groups, -1)
+            gs = grouped.amax(-1) if self.group_score == "max" else grouped.topk(2, dim=-1).values.sum(-1)
+            top = gs.sort(dim=-1, descending=True).values
+            if self.topk_group < self.num_groups and bool(
+                (top[:, self.topk_group - 1] - top[:, self.topk_group] < MARGIN * tol).any()
+            ):
+                return False
+        allowed = oracle.allowed_experts(
+            sel, num_groups=self.num_groups, topk_group=self.topk_group, group_score=self.group_score
+        )
+        ranked = sel.masked_fill(~allowed, float("-inf")).sort(dim=-1, descending=True).values
+        if not self.tie and self.top_k < int(allowed[0].sum()):
+            if bool((ranked[:, self.top_k - 1] - ranked[:, self.top_k] < MARGIN * tol).any()):
+                return False
+        if self.require_flip:
+            _, rounded = oracle.select_experts(
+                logits, correction_bias=bias.to(torch.bfloat16), **self.options
+            )
+            _, exact = oracle.select_experts(logits, correction_bias=bias, **self.options)
+            return not torch.equal(rounded.sort(-1).values, exact.sort(-1).values)
+        return True
+
+    def make(self, device="cpu"):
+        """(router_logits, correction_bias) on ``device``; the first judgeable seed from ``seed``."""
+        for attempt in range(200):
+            logits, bias = self._draw(self.seed + (attempt << 20))
+            if self._judgeable(logits, bias):
+                break
+        else:
+            raise RuntimeError(f"no judgeable draw for {self}")
+        if self.poison is not None:
+            logits[0, self.experts // 2] = float(self.poison)
+            logits[-1, :: max(1, self.experts // 3)] = float(self.poison)
+        logits = logits.to(device)
+        if self.strided:
+            logits = torch.cat([logits, logits], dim=-1)[:, : self.experts]  # rows 2E apart
+            bias = None if bias is None else torch.stack([bias, bias], -1)[:, 0]
+        return logits, None if bias is None else bias.to(device)
+
+
+@st.composite
+def routing_recipes(
+    draw,
+    *,
+    scorings=oracle.SCORINGS,
+    bias_kinds=BIAS_KINDS,
+    grouped=None,
+    dtypes=FLOAT_DTYPES,
+    factors=FACTORS,
+    renormalize=(False, True),
+    **fixed,
+) -> RoutingRecipe:
+    scoring = draw(st.sampled_from(scorings))
+    simple = scoring == "topk_softmax"
+    num_groups = (
+        1 if simple or grouped is False else draw(st.sampled_from((1, 2, 4) if grouped is None else (2, 4)))
+    )
+    per_group = draw(st.sampled_from((2, 4, 8)))
+    experts = num_groups * per_group if num_groups > 1 else draw(st.sampled_from((4, 6, 16, 33, 64)))
+    topk_group = draw(st.integers(1, num_groups))
+    top_k = draw(st.integers(1, min(6, topk_group * (experts // num_groups))))
+    recipe = RoutingRecipe(
+        tokens=draw(st.integers(1, 6)),
+        experts=experts,
+        top_k=top_k,
+        scoring=scoring,
+        renormalize=draw(st.sampled_from(renormalize)),
+        num_groups=num_groups,
+        topk_group=topk_group,
+        group_score=draw(st.sampled_from(oracle.GROUP_SCORES)) if per_group >= 2 else "max",
+        routed_scaling_factor=draw(st.sampled_from(factors)),
+        dtype=draw(st.sampled_from(dtypes)),
+        seed=draw(seeds(20)),
+        bias=None if simple else draw(st.sampled_from(bias_kinds)),
+        bias_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
+        strided=draw(st.booleans()),
+    )
+    return replace(recipe, **fixed)
+
+
+@dataclass(frozen=True)
+class FusedRecipe:
+    tokens: int
+    hidden: int
+    inter: int
+    experts: int
+    top_k: int
+    activation: str
+    limit: float | None
+    on_input: bool
+    output_scale: float
+    dtype: torch.dtype
+    seed: int
+    x_scale: float = 1.0
+    ids_dtype: torch.dtype = torch.int64
+    strided: bool = False
+    weights_dtype: torch.dtype = torch.float32
+
+    @property
+    def options(self) -> dict:
+        return dict(
+            activation=self.activation,
+            limit=self.limit,
+            apply_router_weight_on_input=self.on_input,
+            output_scale=self.output_scale,
+        )
+
+    def make(self, device="cpu"):
+        """(x, w13, w2, topk_weights float32, topk_ids) with distinct ids per token."""
+        gen = torch.Generator().manual_seed(self.seed)
+        x = torch.randn(self.tokens, self.hidden, generator=gen, dtype=torch.float64) * self.x_scale
+        w13 = torch.randn(self.experts, 2 * self.inter, self.hidden, generator=gen, dtype=torch.float64)
+        w2 = torch.randn(self.experts, self.hidden, self.inter, generator=gen, dtype=torch.float64)
+        w13, w2 = w13 / self.hidden**0.5, w2 / self.inter**0.5
+        weights = (torch.rand(self.tokens, self.top_k, generator=gen) + 0.05).to(self.weights_dtype)
+        ids = torch.stack(
+            [torch.randperm(self.experts, generator=gen)[: self.top_k] for _ in range(self.tokens)]
+        )
+        x, w13, w2 = (t.to(self.dtype).to(device) for t in (x, w13, w2))
+        weights, ids = weights.to(device), ids.to(device, self.ids_dtype)
+        if (
+            self.strided
+        ):  # every tensor a view: rows of x and the routing twice as far apart, w13/w2 transposed
+            x, weights, ids = (torch.cat([t, t], dim=-1)[:, : t.shape[1]] for t in (x, weights, ids))
+            w13, w2 = (w.transpose(1, 2).contiguous().transpose(1, 2) for w in (w13, w2))
+        return x, w13, w2, weights, ids
+
+
+@st.composite
+def fused_recipes(draw, *, limits=(None, 0.5, 1.0, 3.0), dtypes=FLOAT_DTYPES, **fixed) -> FusedRecipe:
+    experts = draw(st.integers(1, 6))
+    recipe = FusedRecipe(
+        tokens=draw(st.integers(1, 8)),
+        hidden=draw(st.sampled_from((8, 16, 24))),
+        inter=draw(st.sampled_from((4, 8, 12))),
+        experts=experts,
+        top_k=draw(st.integers(1, min(3, experts))),
+        activation=draw(st.sampled_from(oracle.ACTIVATIONS)),
+        limit=draw(st.sampled_from(limits)),
+        on_input=draw(st.booleans()),
+        output_scale=draw(st.sampled_from((1.0, 2.5))),
+        dtype=draw(st.sampled_from(dtypes)),
+        seed=draw(seeds(20)),
+        x_scale=draw(st.sampled_from((1.0, 3.0))),
+        ids_dtype=draw(st.sampled_from((torch.int64, torch.int32))),
+        strided=draw(st.booleans()),
+        weights_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
+    )
+    return replace(recipe, **fixed)

@@ -1,0 +1,348 @@
+"""Conformance properties for spec/moe.md: routing, shared-expert slots, the fused expert MLP, the
+config reader. Routing is judged by conformance.moe_checks (MOE-TIES: any slot order, ties
+accepted); fused outputs by the ``moe`` row scaled by moe_magnitude (MOE-TOL)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.checks import assert_close, check, describe
+from conformance.error_cases import check_backend_raises, params
+from conformance.error_cases_moe import MOE_ERRORS
+from conformance.moe_checks import ROUTING_TOL, call_routing, check_fused, check_routing
+from conformance.profiles import share_of_examples
+from conformance.strategies.moe import FusedRecipe, fused_recipes, routing_recipes
+from conformance.tolerances import tolerance
+from reference import moe as oracle
+from reference.moe_config import DEFAULTS
+
+FEW = share_of_examples(0.17)  # 5 examples under ci: each clause's bug shows on most draws
+SELECT = pytest.mark.op("select_experts")
+
+
+@SELECT
+@pytest.mark.clause("MOE-SELECT")
+@FEW
+@given(recipe=routing_recipes())
+def test_select_experts_matches_oracle(backend, device, recipe):
+    """Every scoring, group setting, bias kind, factor and dtype: the oracle's experts and weights."""
+    check_routing(backend, device, recipe, "MOE-SELECT")
+
+
+@SELECT
+@pytest.mark.clause("MOE-SCORING")
+@FEW
+@given(recipe=routing_recipes(renormalize=(False,), bias_kinds=(None,), grouped=False))
+def test_scoring_variants(backend, device, recipe):
+    """softmax, sigmoid and top-k-then-softmax without renormalisation (where they differ)."""
+    check_routing(backend, device, recipe, "MOE-SCORING")
+
+
+@SELECT
+@pytest.mark.clause("MOE-BIAS")
+@FEW
+@given(
+    recipe=routing_recipes(
+        scorings=("sigmoid", "softmax"),
+        bias_kinds=("near7",),
+        bias_dtype=torch.float32,
+        dtypes=(torch.bfloat16, torch.float32),
+        require_flip=True,
+        grouped=False,
+        tokens=6,
+        experts=16,
+    )
+)
+def test_float32_bias_selects(backend, device, recipe):
+    """A float32 bias near 7 whose bfloat16 rounding changes the selection: the float32 selection."""
+    check_routing(backend, device, recipe, "MOE-BIAS")
+
+
+@SELECT
+@pytest.mark.clause("MOE-GROUPS")
+@FEW
+@given(
+    recipe=routing_recipes(scorings=("sigmoid",), bias_kinds=("negative",), grouped=True).filter(
+        lambda r: r.topk_group < r.num_groups
+    )
+)
+def test_groups_with_negative_scores(backend, device, recipe):
+    """Negative selection scores inside the kept groups: no expert of an excluded group is chosen."""
+    check_routing(backend, device, recipe, "MOE-GROUPS")
+
+
+@SELECT
+@pytest.mark.clause("MOE-RENORM")
+@FEW
+@given(recipe=routing_recipes(scorings=("softmax", "sigmoid"), factors=(2.5, 2.826, 16.0)))
+def test_renormalisation_with_a_factor(backend, device, recipe):
+    """renormalize on and off with routed_scaling_factor != 1: sum = rsf, or the raw scores times rsf."""
+    check_routing(backend, device, recipe, "MOE-RENORM")
+
+
+@SELECT
+@pytest.mark.clause("MOE-TIES")
+@FEW
+@given(
+    recipe=routing_recipes(bias_kinds=(None,), grouped=False, tie=True).filter(lambda r: r.top_k < r.experts)
+)
+def test_ties_are_accepted(backend, device, recipe):
+    """Equal logits at the k-th boundary: either expert conforms, with its own weight."""
+    check_routing(backend, device, recipe, "MOE-TIES")
+
+
+@SELECT
+@pytest.mark.clause("MOE-PADDED")
+@FEW
+@given(recipe=routing_recipes(), poison=st.sampled_from(("nan", "inf", "-inf")))
+def test_padded_rows(backend, device, recipe, poison):
+    """NaN/Inf in the first and last rows: finite weights and valid ids there, the oracle elsewhere."""
+    check_routing(backend, device, replace(recipe, poison=poison, tokens=max(recipe.tokens, 3)), "MOE-PADDED")
+
+
+def _fused_inputs(recipe, device, *, dtype=torch.float32, seed=0) -> tuple:
+    return FusedRecipe(
+        tokens=recipe.tokens,
+        hidden=8,
+        inter=4,
+        experts=recipe.experts,
+        top_k=recipe.top_k,
+        activation="silu",
+        limit=None,
+        on_input=False,
+        output_scale=1.0,
+        dtype=dtype,
+        seed=seed,
+    ).make(device)[:3]
+
+
+@SELECT
+@pytest.mark.clause("MOE-RSF-ONCE")
+@pytest.mark.op("fused_moe")
+@FEW
+@given(recipe=routing_recipes(scorings=("softmax", "sigmoid"), factors=(2.5, 2.826), dtypes=(torch.float32,)))
+def test_scaling_factor_exactly_once(backend, device, recipe):
+    """In the weights or on the output, end to end: rsf * sum_j s_j E_j(x), never 1x or rsf^2."""
+    logits, bias = recipe.make(device)
+    x, w13, w2 = _fused_inputs(recipe, device, seed=recipe.seed)
+    rsf = recipe.routed_scaling_factor
+    want_w, want_i = oracle.select_experts(
+        logits.cpu(), correction_bias=None if bias is None else bias.cpu(), **recipe.options
+    )
+    options = dict(activation="silu", limit=None, apply_router_weight_on_input=False, output_scale=1.0)
+    want = oracle.fused_moe(x.cpu(), w13.cpu(), w2.cpu(), want_w, want_i, **options)
+    for where, select_rsf, output_scale in (("weights", rsf, 1.0), ("output", 1.0, rsf)):
+        routing = {**recipe.options, "routed_scaling_factor": select_rsf}
+        context = describe(backend, device, "select_experts+fused_moe", rsf=rsf, applied_in=where)
+        w, i = call_routing(backend, logits, bias, routing, clause="MOE-RSF-ONCE", context=context)
+        got = backend.fused_moe(x, w13, w2, w, i, **{**options, "output_scale": output_scale})
+        check_fused(
+            got,
+            want,
+            (x.cpu(), w13.cpu(), w2.cpu(), want_w, want_i),
+            options,
+            clause="MOE-RSF-ONCE",
+            context=context,
+        )
+
+
+@SELECT
+@pytest.mark.clause("MOE-PERMUTE")
+@pytest.mark.op("fused_moe")
+@FEW
+@given(recipe=routing_recipes(grouped=False), data=st.data())
+def test_permutations(backend, device, recipe, data):
+    """Tokens permuted: rows permuted (routing and fused_moe); experts permuted with their bias: ids
+    mapped through the permutation, weights by id unchanged."""
+    logits, bias = recipe.make(device)
+    context = describe(backend, device, "select_experts", **recipe.options)
+    w, i = call_routing(backend, logits, bias, recipe.options, clause="MOE-PERMUTE", context=context)
+    tokens = torch.tensor(data.draw(st.permutations(range(recipe.tokens))), device=device)
+    pw, pi = call_routing(
+        backend, logits[tokens], bias, recipe.options, clause="MOE-PERMUTE", context=context
+    )
+    _same_by_id(w[tokens], i[tokens], pw, pi, context=f"{context}: tokens permuted {tokens.tolist()}")
+    experts = torch.tensor(data.draw(st.permutations(range(recipe.experts))), device=device)
+    ew, ei = call_routing(
+        backend,
+        logits[:, experts],
+        None if bias is None else bias[experts],
+        recipe.options,
+        clause="MOE-PERMUTE",
+        context=context,
+    )
+    _same_by_id(w, i, ew, experts[ei.long()], context=f"{context}: experts permuted {experts.tolist()}")
+    x, w13, w2 = _fused_inputs(recipe, device, seed=recipe.seed)
+    options = dict(activation="silu", limit=None, apply_router_weight_on_input=False, output_scale=1.0)
+    out = backend.fused_moe(x, w13, w2, w, i, **options)
+    permuted = backend.fused_moe(x[tokens], w13, w2, w[tokens], i[tokens], **options)
+    check_fused(
+        permuted,
+        out[tokens],
+        (x.cpu(), w13.cpu(), w2.cpu(), w.cpu(), i.cpu()),
+        options,
+        clause="MOE-PERMUTE",
+        context=f"fused_moe on {backend.name!r}: tokens permuted",
+        expected_as="unpermuted result, permuted",
+    )
+
+
+def _same_by_id(w, i, other_w, other_i, *, context: str) -> None:
+    order, other = i.long().argsort(-1), other_i.long().argsort(-1)
+    ids, other_ids = i.long().gather(1, order), other_i.long().gather(1, other)
+    check(
+        torch.equal(ids.cpu(), other_ids.cpu()),
+        clause="MOE-PERMUTE",
+        message=f"{context}: ids {other_ids.tolist()}, expected {ids.tolist()}",
+    )
+    assert_close(
+        other_w.gather(1, other),
+        w.gather(1, order).double(),
+        clause="MOE-PERMUTE",
+        context=context,
+        tol=ROUTING_TOL,
+        expected_as="unpermuted weights",
+    )
+
+
+def _config_cases() -> list:
+    """Each model type with every field given (non-default), with none, and with each one left out."""
+    given_values = {
+        "num_experts_per_tok": 3,
+        "n_group": 2,
+        "topk_group": 1,
+        "norm_topk_prob": False,
+        "routed_scaling_factor": 1.5,
+        "topk_method": "group_limited_greedy",
+        "moe_router_scaling_factor": 2.0,
+    }
+    cases = []
+    for model_type, fields in DEFAULTS.items():
+        full = {"model_type": model_type, **{k: given_values[k] for k in fields}}
+        cases.append(pytest.param(full, id=f"{model_type}-all"))
+        if model_type != "deepseek_v2":  # its class defaults num_experts_per_tok, n_group, topk_group: None
+            cases.append(pytest.param({"model_type": model_type}, id=f"{model_type}-none"))
+        for name in fields:
+            if model_type != "deepseek_v2" or name in ("topk_method", "routed_scaling_factor"):
+                cases.append(
+                    pytest.param({k: v for k, v in full.items() if k != name}, id=f"{model_type}-no-{name}")
+                )
+    return cases
+
+
+@pytest.mark.clause("MOE-CONFIG")
+@pytest.mark.op("moe_router_config")
+@pytest.mark.parametrize("config", _config_cases())
+def test_router_config(backend, device, config):
+    """The select_experts keywords, bias use and output scale of each model type, missing fields at
+    transformers' defaults."""
+    got = backend.moe_router_config(config)
+    want = oracle.moe_router_config(config)
+    check(
+        got == want,
+        clause="MOE-CONFIG",
+        message=f"moe_router_config({config}) on {backend.name!r}: {got}, expected {want}",
+    )
+
+
+@pytest.mark.clause("MOE-SHARED")
+@pytest.mark.op("append_shared_experts")
+@FEW
+@given(
+    recipe=routing_recipes(grouped=False, tokens=3),
+    on_output=st.booleans(),
+    shared=st.integers(1, 2),
+    weights_dtype=st.sampled_from((torch.float32, torch.bfloat16)),
+)
+def test_shared_expert_slots(backend, device, recipe, on_output, shared, weights_dtype):
+    """The routed slots unchanged, then one slot per shared expert: weight 1, or 1/rsf with rsf on the
+    output."""
+    logits, _ = recipe.make(device)
+    w = torch.softmax(logits.float(), -1)[:, : recipe.top_k].to(weights_dtype).contiguous()
+    ids_dtype = torch.int32 if recipe.seed % 2 else torch.int64
+    i = torch.arange(recipe.top_k, device=device, dtype=ids_dtype).expand(recipe.tokens, -1).contiguous()
+    if recipe.strided:  # rows twice as far apart (views of a wider buffer)
+        w, i = (torch.cat([t, t], dim=-1)[:, : recipe.top_k] for t in (w, i))
+    shared_ids = tuple(range(recipe.experts, recipe.experts + shared))
+    kw = dict(
+        shared_ids=shared_ids, rsf_on_output=on_output, routed_scaling_factor=recipe.routed_scaling_factor
+    )
+    context = describe(backend, device, "append_shared_experts", **kw)
+    got_w, got_i = backend.append_shared_experts(w, i, **kw)
+    want_w, want_i = oracle.append_shared_experts(w.cpu(), i.cpu(), **kw)
+    check(
+        torch.equal(got_i.cpu().long(), want_i),
+        clause="MOE-SHARED",
+        message=f"{context}: ids {got_i.tolist()}, expected {want_i.tolist()}",
+    )
+    tol = ROUTING_TOL if weights_dtype == torch.float32 else tolerance("moe", torch.bfloat16)
+    assert_close(got_w, want_w, clause="MOE-SHARED", context=context, tol=tol)
+
+
+@pytest.mark.clause("MOE-FUSED")
+@pytest.mark.op("fused_moe")
+@FEW
+@given(recipe=fused_recipes())
+def test_fused_moe_matches_oracle(backend, device, recipe):
+    """Both activations, with and without limit, router weight on the input or the output, output_scale."""
+    _compare_fused(backend, device, recipe, "MOE-FUSED")
+
+
+@pytest.mark.clause("MOE-CLAMP")
+@pytest.mark.op("fused_moe")
+@FEW
+@given(recipe=fused_recipes(limits=(0.5, 1.0, 3.0), x_scale=3.0))
+def test_fused_moe_clamps(backend, device, recipe):
+    """Hidden activations well past small limits: the clamp of the layer's limit inside the MLP."""
+    _compare_fused(backend, device, recipe, "MOE-CLAMP")
+
+
+def _compare_fused(backend, device, recipe, clause):
+    inputs = recipe.make(device)
+    got = backend.fused_moe(*inputs, **recipe.options)
+    cpu = tuple(t.cpu() for t in inputs)
+    want = oracle.fused_moe(*cpu, **recipe.options)
+    check_fused(
+        got,
+        want,
+        cpu,
+        recipe.options,
+        clause=clause,
+        context=describe(backend, device, "fused_moe", **recipe.options) + f", {recipe}",
+    )
+
+
+@pytest.mark.clause("MOE-FUSED")
+@pytest.mark.op("fused_moe")
+@FEW
+@given(recipe=fused_recipes(dtypes=(torch.float32,)))
+def test_fused_moe_is_the_sum_of_its_slots(backend, device, recipe):
+    """fused_moe over k slots equals the sum over j of fused_moe over slot j alone."""
+    x, w13, w2, w, i = recipe.make(device)
+    whole = backend.fused_moe(x, w13, w2, w, i, **recipe.options)
+    parts = sum(
+        backend.fused_moe(x, w13, w2, w[:, j : j + 1], i[:, j : j + 1], **recipe.options).double()
+        for j in range(recipe.top_k)
+    )
+    context = describe(backend, device, "fused_moe", **recipe.options)
+    check_fused(
+        whole,
+        parts,
+        tuple(t.cpu() for t in (x, w13, w2, w, i)),
+        recipe.options,
+        clause="MOE-FUSED",
+        context=context,
+        expected_as="sum of slots",
+    )
+
+
+@pytest.mark.clause("MOE-ERRORS")
+@pytest.mark.parametrize("case", params(MOE_ERRORS))
+def test_moe_errors(backend, device, case):
+    """Bad input raises the documented exception type, with a message naming the argument."""
+    check_backend_raises(case, backend, device)
