@@ -20,6 +20,7 @@ from backends import NotImplementedOp, native
 from reference.activations import APPROXIMATE_MODES, GELU_VARIANTS, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
 from reference.masks import CANN_MAX_TOKENS, require_window
+from reference.rope import mrope_rows, require_bool, validate_rope_args
 from reference.serving import validate_paged_args
 from reference.validation import require_choice, require_floating, require_positive_finite_or_none
 
@@ -256,6 +257,65 @@ class AscendBackend:
         window = kv_len if meta.sliding_window is None else self.decode_mask_window(meta.sliding_window)
         lengths = torch.tensor(meta.seq_lens, dtype=torch.int64, device=device)
         return self.swa_decode_mask(lengths, kv_len, window=window)[:, :, None, :]
+
+    # --- rotary embeddings (spec/rope.md): npu_rotary_mul and npu_mrope (spec/ascend.md,
+    # CANN-ROTARY-MUL, CANN-MROPE); the config readers and cos/sin rows run on the host (native's).
+    rope_inv_freq = staticmethod(native.NativeBackend.rope_inv_freq)
+    rope_softmax_scale = staticmethod(native.NativeBackend.rope_softmax_scale)
+    rope_cos_sin = staticmethod(native.NativeBackend.rope_cos_sin)
+
+    # ROPE-KERNEL-ARGS: the whole mapping lives here; both ops take torch_npu's rotary_mode.
+    def rope_kernel_args(self, is_neox_style: bool) -> dict:
+        mode = "half" if require_bool(is_neox_style, "is_neox_style") else "interleave"
+        return {
+            "torch_npu.npu_rotary_mul": {"rotary_mode": mode},
+            "torch_npu.npu_mrope": {"rotary_mode": mode},
+        }
+
+    def rotary_embedding(self, positions, query, key, cos_sin_cache, *, is_neox_style):
+        """npu_rotary_mul on BSND [1, T, H, r] with full-width r1/r2; the pass-through dims appended."""
+        validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style)
+        half = cos_sin_cache.shape[-1] // 2
+        rows = cos_sin_cache[positions.long()].to(query.device)
+        return self._rotary_mul(query, key, rows[..., :half], rows[..., half:], is_neox_style)
+
+    def _rotary_mul(self, query, key, cos, sin, is_neox_style):
+        args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_rotary_mul"]
+        if args["rotary_mode"] == "half":
+            r1, r2 = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+        else:
+            r1, r2 = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+        r = r1.shape[-1]
+        r1, r2 = r1.float()[None, :, None, :], r2.float()[None, :, None, :]
+        out = []
+        for x in (query, key):
+            rot = self.ops.npu_rotary_mul(x[None, ..., :r].contiguous(), r1, r2, **args)[0]
+            out.append(torch.cat([rot, x[..., r:]], dim=-1))
+        return out[0], out[1]
+
+    def mrope(self, positions, query, key, cos_sin_cache, *, mrope_section, is_neox_style, mrope_interleaved):
+        """npu_mrope for Qwen2-VL sections (one head size for q and k); the interleaved layout, which
+        npu_mrope does not document, through npu_rotary_mul with the rows gathered here."""
+        r = validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style, rows=3)
+        rows = mrope_rows(mrope_section, r // 2, mrope_interleaved).to(positions.device)
+        if mrope_interleaved or query.shape[-1] != key.shape[-1]:
+            gathered = cos_sin_cache[positions.long()]  # [3, T, r]
+            pick = rows[None, None, :].expand(1, gathered.shape[1], -1)
+            cos = gathered[..., : r // 2].gather(0, pick)[0].to(query.device)
+            sin = gathered[..., r // 2 :].gather(0, pick)[0].to(query.device)
+            return self._rotary_mul(query, key, cos, sin, is_neox_style)
+        args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_mrope"]
+        tokens, head_size = query.shape[0], query.shape[-1]
+        q, k = self.ops.npu_mrope(
+            positions,
+            query.reshape(tokens, -1),
+            key.reshape(tokens, -1),
+            cos_sin_cache.float(),
+            head_size,
+            mrope_section=list(mrope_section),
+            **args,
+        )
+        return q.reshape(query.shape), k.reshape(key.shape)
 
 
 def _require_fia_paged_features(meta, k_cache, v_cache, sinks) -> None:
