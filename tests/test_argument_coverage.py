@@ -39,6 +39,12 @@ CONFIG_FIELDS = {
         ("layer_types", "use_sliding_window", "sliding_window_pattern", "max_window_layers"),
     ),
     ("swiglu_limit", "config"): ("ACT-LIMIT-CONFIG", ("swiglu_limits", "swiglu_limits_shared")),
+    ("rope_inv_freq", "config"): (
+        "ROPE-PARAMS",
+        ("rope_parameters", "rope_theta", "head_dim", "partial_rotary_factor",
+         "original_max_position_embeddings"),
+    ),
+    ("rope_softmax_scale", "config"): ("ROPE-PARAMS", ("rope_parameters", "head_dim")),
 }  # fmt: skip
 
 
