@@ -252,9 +252,7 @@ def test_cos_sin_rows(
 )
 def test_long_positions_keep_float32_angles(backend, device, positions, rotary_dim):
     """Positions past 100k (and below 64, where a bfloat16 cos shows) within the float32 allowance."""
-    _check_cos_sin(
-        backend, device, rotary_dim, positions, torch.float32, 1.0, torch.int64, True, "ROPE-LONG"
-    )
+    _check_cos_sin(backend, device, rotary_dim, positions, torch.float32, 1.0, torch.int64, True, "ROPE-LONG")
 
 
 def _check_cos_sin(
