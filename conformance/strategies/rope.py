@@ -8,6 +8,7 @@ left out (ROPE-PARAMS).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -61,11 +62,10 @@ class RopeRecipe:
         positions = self.positions()
         q = torch.randn(self.tokens, self.q_heads, self.head_dim, generator=gen, dtype=torch.float64)
         k = torch.randn(self.tokens, self.k_heads, self.head_dim, generator=gen, dtype=torch.float64)
-        inv = 1.0 / (10000 ** (torch.arange(0, self.rotary_dim, 2, dtype=torch.float64) / self.rotary_dim))
         size = int(positions.max()) + 1 + self.seed % 5
-        cache = oracle.rope_cos_sin(torch.arange(size), inv.float(), attention_factor=self.attention_factor)
-        tensors = [positions, q.to(self.dtype), k.to(self.dtype), cache.to(self.cache_dtype)]
-        tensors = [t.to(device) for t in tensors]
+        cache = _cache(self.rotary_dim, size, self.attention_factor, self.cache_dtype)
+        tensors = [positions, q.to(self.dtype), k.to(self.dtype), cache]
+        tensors = [t.to(device, copy=True) for t in tensors]
         if self.strided:
             tensors = [strided_view(t) for t in tensors]
         return tuple(tensors)
@@ -76,6 +76,14 @@ class RopeRecipe:
             f"head_dim {self.head_dim}, {str(self.dtype)[6:]} (cache {str(self.cache_dtype)[6:]}), "
             f"positions {self.mode} from {self.offset}{', strided' if self.strided else ''}"
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _cache(rotary_dim: int, size: int, attention_factor: float, dtype: torch.dtype) -> torch.Tensor:
+    """The default-base cache rows 0 .. size - 1 (ROPE-COS-SIN) from float32 frequencies, in ``dtype``;
+    cached, and cloned by ``make`` so that no property shares (or can write to) one tensor."""
+    inv = (1.0 / (10000 ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))).float()
+    return oracle.rope_cos_sin(torch.arange(size), inv, attention_factor=attention_factor).to(dtype)
 
 
 @st.composite
