@@ -267,24 +267,27 @@ class AscendBackend:
     # ROPE-KERNEL-ARGS: the whole mapping lives here; both ops take torch_npu's rotary_mode.
     def rope_kernel_args(self, is_neox_style: bool) -> dict:
         mode = "half" if require_bool(is_neox_style, "is_neox_style") else "interleave"
-        return {
-            "torch_npu.npu_rotary_mul": {"rotary_mode": mode},
-            "torch_npu.npu_mrope": {"rotary_mode": mode},
-        }
+        ops = ("npu_apply_rotary_pos_emb", "npu_rotary_mul", "npu_mrope")
+        return {f"torch_npu.{op}": {"rotary_mode": mode} for op in ops}
 
     def rotary_embedding(self, positions, query, key, cos_sin_cache, *, is_neox_style):
-        """npu_rotary_mul on BSND [1, T, H, r] with full-width r1/r2; the pass-through dims appended."""
+        """npu_apply_rotary_pos_emb (in place, TND) on copies of the rotated dims of q and k, with
+        full-width cos/sin per token; the pass-through dims appended (ROPE-PURE: inputs untouched)."""
         validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style)
         half = cos_sin_cache.shape[-1] // 2
-        rows = cos_sin_cache[positions.long()].to(query.device)
-        return self._rotary_mul(query, key, rows[..., :half], rows[..., half:], is_neox_style)
+        rows = cos_sin_cache[positions.long()].to(query.device).float()
+        args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_apply_rotary_pos_emb"]
+        r1, r2 = _full_width_rows(rows[..., :half], rows[..., half:], args["rotary_mode"])
+        r = 2 * half
+        # Copies, never views: .contiguous() of a fully rotated head is the input itself, which the op
+        # would overwrite (ROPE-PURE caught exactly that).
+        q, k = (t[..., :r].clone(memory_format=torch.contiguous_format) for t in (query, key))
+        q, k = self.ops.npu_apply_rotary_pos_emb(q, k, r1[:, None, :], r2[:, None, :], layout=4, **args)
+        return torch.cat([q, query[..., r:]], dim=-1), torch.cat([k, key[..., r:]], dim=-1)
 
     def _rotary_mul(self, query, key, cos, sin, is_neox_style):
         args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_rotary_mul"]
-        if args["rotary_mode"] == "half":
-            r1, r2 = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
-        else:
-            r1, r2 = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+        r1, r2 = _full_width_rows(cos, sin, args["rotary_mode"])
         r = r1.shape[-1]
         r1, r2 = r1.float()[None, :, None, :], r2.float()[None, :, None, :]
         out = []
@@ -316,6 +319,14 @@ class AscendBackend:
             **args,
         )
         return q.reshape(query.shape), k.reshape(key.shape)
+
+
+def _full_width_rows(cos, sin, rotary_mode: str):
+    """Half-width cos/sin as the full-width r1/r2 a torch_npu rope op pairs with its rotary_mode:
+    cat(c, c) for "half", repeat_interleave(c, 2) for "interleave" (spec/ascend.md, CANN-ROTARY-MUL)."""
+    if rotary_mode == "half":
+        return torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
 
 
 def _require_fia_paged_features(meta, k_cache, v_cache, sinks) -> None:

@@ -9,6 +9,7 @@ import torch
 
 from backends import rope as native_rope
 from backends.native import NativeBackend
+from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from reference import rope_config
 from reference.rope import validate_rope_args
 
@@ -344,6 +345,34 @@ class FloatPositionsAccepted(NativeBackend):
         return native_rope.rotary_embedding(positions, query, key, cos_sin_cache, is_neox_style=is_neox_style)
 
 
+class InPlaceWithoutCopy(AscendBackend):
+    """The Ascend adapter's in-place npu_apply_rotary_pos_emb handed ``x[..., :r].contiguous()``: for a
+    fully rotated head that is the caller's own tensor, which the op overwrites.
+
+    Origin: vLLM's and torch_npu's in-place rope kernels (their tests run the reference first for
+    this reason); ``.contiguous()`` copies only a non-contiguous view.
+    Caught by: ROPE-PURE.
+    """
+
+    clauses = {"ROPE-PURE"}
+
+    def __init__(self):
+        super().__init__("rope-in-place-without-copy", load_emulator, emulator_unavailable)
+
+    def rotary_embedding(self, positions, query, key, cos_sin_cache, *, is_neox_style):
+        validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style)
+        half = cos_sin_cache.shape[-1] // 2
+        rows = cos_sin_cache[positions.long()].float()
+        args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_apply_rotary_pos_emb"]
+        r1, r2 = torch.cat([rows[..., :half]] * 2, -1), torch.cat([rows[..., half:]] * 2, -1)
+        if args["rotary_mode"] == "interleave":
+            r1, r2 = rows[..., :half].repeat_interleave(2, -1), rows[..., half:].repeat_interleave(2, -1)
+        r = 2 * half
+        q, k = query[..., :r].contiguous(), key[..., :r].contiguous()
+        q, k = self.ops.npu_apply_rotary_pos_emb(q, k, r1[:, None, :], r2[:, None, :], layout=4, **args)
+        return torch.cat([q, query[..., r:]], dim=-1), torch.cat([k, key[..., r:]], dim=-1)
+
+
 BACKENDS = [
     StyleSwapped(),
     StyleHardCodedNeox(),
@@ -363,4 +392,5 @@ BACKENDS = [
     FlashinferFlagMappedToNeox(),
     TorchNpuInterleavedSpelling(),
     FloatPositionsAccepted(),
+    InPlaceWithoutCopy(),
 ]

@@ -56,3 +56,20 @@ def test_documented_rejections():
         npu.npu_rotary_mul(q, q, q)
     with pytest.raises(ValueError, match="even and < 896"):
         npu.npu_rotary_mul(torch.ones(1, 1, 1, 896), torch.ones(896), torch.ones(896))
+
+
+@pytest.mark.parametrize("mode, neox", [("half", True), ("interleave", False)])
+def test_apply_rotary_pos_emb_rotates_in_place(mode, neox):
+    """CANN-APPLY-ROPE: TND query and key overwritten with their rotation, and returned."""
+    positions, q, k, cache = _case(d=8)
+    c, s = cache[positions, :4], cache[positions, 4:]
+    r1 = torch.cat([c, c], -1) if neox else c.repeat_interleave(2, -1)
+    r2 = torch.cat([s, s], -1) if neox else s.repeat_interleave(2, -1)
+    want_q, want_k = rope.rotary_embedding(positions, q, k, cache, is_neox_style=neox)
+    q2, k2 = q.clone(), k.clone()
+    out_q, out_k = npu.npu_apply_rotary_pos_emb(q2, k2, r1[:, None], r2[:, None], layout=4, rotary_mode=mode)
+    assert out_q is q2 and out_k is k2
+    torch.testing.assert_close(q2.double(), want_q, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(k2.double(), want_k, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="layout"):
+        npu.npu_apply_rotary_pos_emb(q2, k2, r1[:, None], r2[:, None], layout=5)

@@ -86,3 +86,27 @@ def npu_mrope(
         rot = heads[..., :r].float() * r1[:, None] + _rotate(heads[..., :r].float(), mode) * r2[:, None]
         outputs.append(torch.cat([rot.to(x.dtype), heads[..., r:]], -1).reshape(x.shape))
     return outputs[0], outputs[1]
+
+
+# CANN-APPLY-ROPE: the layout codes of npu_apply_rotary_pos_emb (op-plugin ApplyRotaryPosEmbNpuOpApi.cpp).
+LAYOUTS = {1: "BSND", 2: "SBND", 3: "BNSD", 4: "TND"}
+
+
+def npu_apply_rotary_pos_emb(query, key, cos, sin, layout=1, rotary_mode="half"):
+    """CANN-APPLY-ROPE: rotates query and key IN PLACE with full-width cos/sin (broadcast over the
+    heads, D equal to the heads' D) and returns them; ``layout`` one of LAYOUTS (the emulator reads
+    the last dim as D whatever the code: inferred)."""
+    mode = _mode(rotary_mode)
+    if layout not in LAYOUTS:
+        raise ValueError(
+            f"layout must be one of {sorted(LAYOUTS)} ({list(LAYOUTS.values())}), got {layout!r}"
+        )
+    for name, t in (("query", query), ("key", key)):
+        if t.dim() != (3 if LAYOUTS[layout] == "TND" else 4) or t.shape[-1] != cos.shape[-1]:
+            raise ValueError(
+                f"npu_apply_rotary_pos_emb: {name} {tuple(t.shape)} does not fit {LAYOUTS[layout]} "
+                f"with cos's D {cos.shape[-1]}"
+            )
+        x = t.float()
+        t.copy_((x * cos.float() + _rotate(x, mode) * sin.float()).to(t.dtype))
+    return query, key
