@@ -325,3 +325,40 @@ def test_kernel_args_read_back_and_reject_the_pitfall():
 def test_oracle_rejects_bad_input(case):
     with pytest.raises(case.exception, match=case.match):
         case.call(rope)
+
+
+_MODULES = {
+    "llama3.1": "llama.modeling_llama.LlamaRotaryEmbedding",
+    "deepseek-v3": "deepseek_v3.modeling_deepseek_v3.DeepseekV3RotaryEmbedding",
+    "gpt-oss": "gpt_oss.modeling_gpt_oss.GptOssRotaryEmbedding",
+    "phi3-128k": "phi3.modeling_phi3.Phi3RotaryEmbedding",
+    "gemma3-full": "gemma3.modeling_gemma3.Gemma3RotaryEmbedding",
+    "gemma3-sliding": "gemma3.modeling_gemma3.Gemma3RotaryEmbedding",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MODULES))
+def test_transformers_cos_sin_is_within_the_cos_sin_tolerance(name):
+    """ROPE-COS-SIN and ROPE-TOL on a correct float32 implementation: each model's rotary module
+    (cos, sin times attention_scaling, from its own float32 inv_freq) is the oracle's rows for that
+    inv_freq within the rope-cos-sin row and angle_scale, at positions up to 20000 (past Phi-3's
+    4096, so its long factors)."""
+    import importlib
+
+    from conformance.tolerances import angle_scale, tolerance
+
+    config, layer_type = {n: (c, lt) for n, c, lt in _configs()}[name]
+    module_path, cls = _MODULES[name].rsplit(".", 1)
+    module = getattr(importlib.import_module(f"transformers.models.{module_path}"), cls)(config)
+    positions = torch.tensor([[0, 1, 77, 4095, 4096, 12345, 19999]])
+    x = torch.zeros(1, dtype=torch.float32)
+    cos, sin = module(x, positions, layer_type) if layer_type else module(x, positions)
+    prefix = f"{layer_type}_" if layer_type else ""
+    inv = getattr(module, f"{prefix}inv_freq")
+    factor = getattr(module, f"{prefix}attention_scaling", None) or module.attention_scaling
+    want = rope.rope_cos_sin(positions[0], inv, attention_factor=factor)
+    h = inv.shape[0]
+    got = torch.cat([cos[0, :, :h], sin[0, :, :h]], dim=-1).double()
+    tol = tolerance("rope-cos-sin", torch.float32)
+    allowed = tol.atol * angle_scale(positions[0], inv, factor) + tol.rtol * want.abs()
+    assert ((got - want).abs() <= allowed).all(), ((got - want).abs() / allowed).max()
