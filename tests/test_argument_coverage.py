@@ -130,6 +130,10 @@ def test_a_field_never_left_out_is_found():
         "layer_windows": {"config": {"fields": ["layer_types,model_type,use_sliding_window",
                                                 "max_window_layers,model_type,sliding_window_pattern,use_sliding_window"]}},
         "swiglu_limit": {"config": {"fields": ["swiglu_limits", "swiglu_limits_shared"]}},
+        "rope_inv_freq": {"config": {"fields": ["max_position_embeddings,rope_scaling",
+                                                "head_dim,original_max_position_embeddings,partial_rotary_factor,"
+                                                "rope_parameters,rope_theta"]}},
+        "rope_softmax_scale": {"config": {"fields": ["hidden_size,rope_scaling"]}},
         "dpm_scheduler": {"beta_start": {"value": ["<omitted>", "float:0.0001"]},
                           "solver_order": {"value": ["int:2"]}},
     }  # fmt: skip
