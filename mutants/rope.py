@@ -345,6 +345,25 @@ class FloatPositionsAccepted(NativeBackend):
         return native_rope.rotary_embedding(positions, query, key, cos_sin_cache, is_neox_style=is_neox_style)
 
 
+class RopeThetaOnlyFromDict(NativeBackend):
+    """rope_theta read only from the rope dict: a config.json's rope_theta beside rope_scaling (Llama
+    3.1's 500000, Qwen's 1e6) silently becomes the 10000 default.
+
+    Origin: a reader written for transformers' standardized rope_parameters, fed raw config.json fields.
+    Caught by: ROPE-PARAMS, ROPE-FREQ.
+    """
+
+    name = "rope-theta-only-from-dict"
+    clauses = {"ROPE-PARAMS", "ROPE-FREQ"}
+
+    def rope_inv_freq(self, config, *, seq_len, layer_type):
+        if getattr(config, "rope_parameters", None) is None and hasattr(config, "rope_theta"):
+            from types import SimpleNamespace
+
+            config = SimpleNamespace(**{k: v for k, v in vars(config).items() if k != "rope_theta"})
+        return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
+
+
 class InPlaceWithoutCopy(AscendBackend):
     """The Ascend adapter's in-place npu_apply_rotary_pos_emb handed ``x[..., :r].contiguous()``: for a
     fully rotated head that is the caller's own tensor, which the op overwrites.
@@ -393,4 +412,5 @@ BACKENDS = [
     TorchNpuInterleavedSpelling(),
     FloatPositionsAccepted(),
     InPlaceWithoutCopy(),
+    RopeThetaOnlyFromDict(),
 ]
