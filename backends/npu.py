@@ -272,27 +272,31 @@ class AscendBackend:
 
     def rotary_embedding(self, positions, query, key, cos_sin_cache, *, is_neox_style):
         """npu_apply_rotary_pos_emb (in place, TND) on copies of the rotated dims of q and k, with
-        full-width cos/sin per token; the pass-through dims appended (ROPE-PURE: inputs untouched)."""
+        full-width cos/sin per token in their dtype; the pass-through dims appended (ROPE-PURE:
+        inputs untouched)."""
         validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style)
         half = cos_sin_cache.shape[-1] // 2
-        rows = cos_sin_cache[positions.long()].to(query.device).float()
+        rows = cos_sin_cache[positions.long()].to(query.device)
         args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_apply_rotary_pos_emb"]
         r1, r2 = _full_width_rows(rows[..., :half], rows[..., half:], args["rotary_mode"])
         r = 2 * half
         # Copies, never views: .contiguous() of a fully rotated head is the input itself, which the op
         # would overwrite (ROPE-PURE caught exactly that).
         q, k = (t[..., :r].clone(memory_format=torch.contiguous_format) for t in (query, key))
-        q, k = self.ops.npu_apply_rotary_pos_emb(q, k, r1[:, None, :], r2[:, None, :], layout=4, **args)
+        pairs = [(q, k)] if q.dtype == k.dtype else [(q, q.clone()), (k, k.clone())]
+        for x, y in pairs:  # the op takes q, k, cos and sin of one dtype (CANN-APPLY-ROPE)
+            c, s = r1[:, None, :].to(x.dtype), r2[:, None, :].to(x.dtype)
+            self.ops.npu_apply_rotary_pos_emb(x, y, c, s, layout=4, **args)
         return torch.cat([q, query[..., r:]], dim=-1), torch.cat([k, key[..., r:]], dim=-1)
 
     def _rotary_mul(self, query, key, cos, sin, is_neox_style):
         args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_rotary_mul"]
         r1, r2 = _full_width_rows(cos, sin, args["rotary_mode"])
         r = r1.shape[-1]
-        r1, r2 = r1.float()[None, :, None, :], r2.float()[None, :, None, :]
         out = []
         for x in (query, key):
-            rot = self.ops.npu_rotary_mul(x[None, ..., :r].contiguous(), r1, r2, **args)[0]
+            c, s = (t.to(x.dtype)[None, :, None, :] for t in (r1, r2))  # the input's dtype (CANN-ROTARY-MUL)
+            rot = self.ops.npu_rotary_mul(x[None, ..., :r].contiguous(), c, s, **args)[0]
             out.append(torch.cat([rot, x[..., r:]], dim=-1))
         return out[0], out[1]
 
@@ -301,7 +305,7 @@ class AscendBackend:
         npu_mrope does not document, through npu_rotary_mul with the rows gathered here."""
         r = validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style, rows=3)
         rows = mrope_rows(mrope_section, r // 2, mrope_interleaved).to(positions.device)
-        if mrope_interleaved or query.shape[-1] != key.shape[-1]:
+        if mrope_interleaved or query.shape[-1] != key.shape[-1] or query.dtype != key.dtype:
             gathered = cos_sin_cache[positions.long()]  # [3, T, r]
             pick = rows[None, None, :].expand(1, gathered.shape[1], -1)
             cos = gathered[..., : r // 2].gather(0, pick)[0].to(query.device)
@@ -313,7 +317,7 @@ class AscendBackend:
             positions,
             query.reshape(tokens, -1),
             key.reshape(tokens, -1),
-            cos_sin_cache.float(),
+            cos_sin_cache.to(query.dtype),
             head_size,
             mrope_section=list(mrope_section),
             **args,

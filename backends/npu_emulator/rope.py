@@ -17,6 +17,14 @@ def _mode(rotary_mode) -> str:
     return rotary_mode
 
 
+def _same_dtype(op: str, dtype: torch.dtype, **tensors) -> None:
+    """The rope ops take cos/sin (and key) in the input's dtype (inferred: spec/ascend.md,
+    CANN-ROTARY-MUL)."""
+    for name, t in tensors.items():
+        if t.dtype != dtype:
+            raise ValueError(f"{op}: {name} must have the input's dtype {dtype}, got {t.dtype}")
+
+
 def _rotate(x: torch.Tensor, mode: str) -> torch.Tensor:
     if mode == "half":
         a, b = x.chunk(2, dim=-1)
@@ -37,6 +45,7 @@ def npu_rotary_mul(input, r1, r2, rotary_mode="half"):
         raise ValueError(
             f"npu_rotary_mul: r1 and r2 must have the last dim {d}, got {r1.shape[-1]}, {r2.shape[-1]}"
         )
+    _same_dtype("npu_rotary_mul", input.dtype, r1=r1, r2=r2)
     x = input.float()
     out = x * r1.float() + _rotate(x, mode) * r2.float()
     return out.to(input.dtype)
@@ -67,6 +76,7 @@ def npu_mrope(
     mode = _mode(rotary_mode)
     if cache_mode not in CACHE_MODES:
         raise ValueError(f"cache_mode must be one of {CACHE_MODES} in the emulator, got {cache_mode!r}")
+    _same_dtype("npu_mrope", query.dtype, key=key, cos_sin_cache=cos_sin_cache)
     r = cos_sin_cache.shape[-1]
     half = r // 2
     plain = mrope_section is None or list(mrope_section) == [0, 0, 0]
@@ -101,6 +111,7 @@ def npu_apply_rotary_pos_emb(query, key, cos, sin, layout=1, rotary_mode="half")
         raise ValueError(
             f"layout must be one of {sorted(LAYOUTS)} ({list(LAYOUTS.values())}), got {layout!r}"
         )
+    _same_dtype("npu_apply_rotary_pos_emb", query.dtype, key=key, cos=cos, sin=sin)
     for name, t in (("query", query), ("key", key)):
         if t.dim() != (3 if LAYOUTS[layout] == "TND" else 4) or t.shape[-1] != cos.shape[-1]:
             raise ValueError(
