@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from conformance import profiles
@@ -19,6 +19,12 @@ from conformance.strategies.rope import rope_configs
 from reference import rope as oracle
 
 FEW = profiles.share_of_examples(1 / 3)
+# DeepSeek-V3's config.json rope fields (YaRN, factor 40, mscale = mscale_all_dim = 1; qk_head_dim 192).
+DEEPSEEK_V3 = SimpleNamespace(
+    head_dim=64, max_position_embeddings=163840, rope_theta=10000.0,
+    rope_scaling={"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32,
+                  "beta_slow": 1, "original_max_position_embeddings": 4096},
+)  # fmt: skip
 
 
 def _compare_freq(backend, device, drawn, clause: str) -> None:
@@ -134,6 +140,7 @@ def test_missing_keys_take_transformers_defaults(backend, device, drawn):
     drawn=rope_configs(rope_types=("default", "yarn", "linear"), per_layer=False),
     scale=st.sampled_from((192**-0.5, 0.125, 1.0)),
 )
+@example(drawn=(DEEPSEEK_V3, None, None), scale=192**-0.5)  # the case the clause exists for, always run
 def test_softmax_scale(backend, device, drawn, scale):
     """DeepSeek's mscale^2 when mscale_all_dim is set on a scaled rope, the base scale otherwise."""
     config = drawn[0]
