@@ -303,5 +303,15 @@ class CompiledBackend:
     def gemma_fused_add_rms_norm(self, x, residual, weight, *, eps):
         return _pair("fused_gemma", native.gemma_fused_add_rms_norm, x, residual, weight, eps)
 
+    # --- rotary embeddings (spec/rope.md): native's ops, uncompiled ------------------------------
+    # A gather and a few elementwise ops per call: compiling them per dtype, style and rank cost
+    # seconds of the suite's budget for no kernel of its own, so compiled shares native's.
+    rope_inv_freq = staticmethod(native.NativeBackend.rope_inv_freq)
+    rope_softmax_scale = staticmethod(native.NativeBackend.rope_softmax_scale)
+    rope_cos_sin = staticmethod(native.NativeBackend.rope_cos_sin)
+    rotary_embedding = staticmethod(native.NativeBackend.rotary_embedding)
+    mrope = staticmethod(native.NativeBackend.mrope)
+    rope_kernel_args = staticmethod(native.NativeBackend.rope_kernel_args)
+
 
 BACKEND = CompiledBackend()

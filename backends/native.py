@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from backends import native_moe, paged
+from backends import rope as _rope
 from reference import activations as _act
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
@@ -245,6 +246,14 @@ class NativeBackend:
     append_shared_experts = staticmethod(native_moe.append_shared_experts)
     fused_moe = staticmethod(native_moe.fused_moe)
     moe_router_config = staticmethod(native_moe.moe_router_config)
+    # --- rotary embeddings (spec/rope.md): backends/rope.py ----------------------------------
+
+    rope_inv_freq = staticmethod(_rope.rope_inv_freq)
+    rope_softmax_scale = staticmethod(_rope.rope_softmax_scale)
+    rope_cos_sin = staticmethod(_rope.rope_cos_sin)
+    rotary_embedding = staticmethod(_rope.rotary_embedding)
+    mrope = staticmethod(_rope.mrope)
+    rope_kernel_args = staticmethod(_rope.rope_kernel_args)
 
 
 BACKEND = NativeBackend()

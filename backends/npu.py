@@ -20,6 +20,7 @@ from backends import NotImplementedOp, native
 from reference.activations import APPROXIMATE_MODES, GELU_VARIANTS, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
 from reference.masks import CANN_MAX_TOKENS, require_window
+from reference.rope import mrope_rows, require_bool, validate_rope_args
 from reference.serving import validate_paged_args
 from reference.validation import require_choice, require_floating, require_positive_finite_or_none
 
@@ -256,6 +257,80 @@ class AscendBackend:
         window = kv_len if meta.sliding_window is None else self.decode_mask_window(meta.sliding_window)
         lengths = torch.tensor(meta.seq_lens, dtype=torch.int64, device=device)
         return self.swa_decode_mask(lengths, kv_len, window=window)[:, :, None, :]
+
+    # --- rotary embeddings (spec/rope.md): npu_rotary_mul and npu_mrope (spec/ascend.md,
+    # CANN-ROTARY-MUL, CANN-MROPE); the config readers and cos/sin rows run on the host (native's).
+    rope_inv_freq = staticmethod(native.NativeBackend.rope_inv_freq)
+    rope_softmax_scale = staticmethod(native.NativeBackend.rope_softmax_scale)
+    rope_cos_sin = staticmethod(native.NativeBackend.rope_cos_sin)
+
+    # ROPE-KERNEL-ARGS: the whole mapping lives here; both ops take torch_npu's rotary_mode.
+    def rope_kernel_args(self, is_neox_style: bool) -> dict:
+        mode = "half" if require_bool(is_neox_style, "is_neox_style") else "interleave"
+        ops = ("npu_apply_rotary_pos_emb", "npu_rotary_mul", "npu_mrope")
+        return {f"torch_npu.{op}": {"rotary_mode": mode} for op in ops}
+
+    def rotary_embedding(self, positions, query, key, cos_sin_cache, *, is_neox_style):
+        """npu_apply_rotary_pos_emb (in place, TND) on copies of the rotated dims of q and k, with
+        full-width cos/sin per token in their dtype; the pass-through dims appended (ROPE-PURE:
+        inputs untouched)."""
+        validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style)
+        half = cos_sin_cache.shape[-1] // 2
+        rows = cos_sin_cache[positions.long()].to(query.device)
+        args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_apply_rotary_pos_emb"]
+        r1, r2 = _full_width_rows(rows[..., :half], rows[..., half:], args["rotary_mode"])
+        r = 2 * half
+        # Copies, never views: .contiguous() of a fully rotated head is the input itself, which the op
+        # would overwrite (ROPE-PURE caught exactly that).
+        q, k = (t[..., :r].clone(memory_format=torch.contiguous_format) for t in (query, key))
+        pairs = [(q, k)] if q.dtype == k.dtype else [(q, q.clone()), (k, k.clone())]
+        for x, y in pairs:  # the op takes q, k, cos and sin of one dtype (CANN-APPLY-ROPE)
+            c, s = r1[:, None, :].to(x.dtype), r2[:, None, :].to(x.dtype)
+            self.ops.npu_apply_rotary_pos_emb(x, y, c, s, layout=4, **args)
+        return torch.cat([q, query[..., r:]], dim=-1), torch.cat([k, key[..., r:]], dim=-1)
+
+    def _rotary_mul(self, query, key, cos, sin, is_neox_style):
+        args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_rotary_mul"]
+        r1, r2 = _full_width_rows(cos, sin, args["rotary_mode"])
+        r = r1.shape[-1]
+        out = []
+        for x in (query, key):
+            c, s = (t.to(x.dtype)[None, :, None, :] for t in (r1, r2))  # the input's dtype (CANN-ROTARY-MUL)
+            rot = self.ops.npu_rotary_mul(x[None, ..., :r].contiguous(), c, s, **args)[0]
+            out.append(torch.cat([rot, x[..., r:]], dim=-1))
+        return out[0], out[1]
+
+    def mrope(self, positions, query, key, cos_sin_cache, *, mrope_section, is_neox_style, mrope_interleaved):
+        """npu_mrope for Qwen2-VL sections (one head size for q and k); the interleaved layout, which
+        npu_mrope does not document, through npu_rotary_mul with the rows gathered here."""
+        r = validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style, rows=3)
+        rows = mrope_rows(mrope_section, r // 2, mrope_interleaved).to(positions.device)
+        if mrope_interleaved or query.shape[-1] != key.shape[-1] or query.dtype != key.dtype:
+            gathered = cos_sin_cache[positions.long()]  # [3, T, r]
+            pick = rows[None, None, :].expand(1, gathered.shape[1], -1)
+            cos = gathered[..., : r // 2].gather(0, pick)[0].to(query.device)
+            sin = gathered[..., r // 2 :].gather(0, pick)[0].to(query.device)
+            return self._rotary_mul(query, key, cos, sin, is_neox_style)
+        args = self.rope_kernel_args(is_neox_style)["torch_npu.npu_mrope"]
+        tokens, head_size = query.shape[0], query.shape[-1]
+        q, k = self.ops.npu_mrope(
+            positions,
+            query.reshape(tokens, -1),
+            key.reshape(tokens, -1),
+            cos_sin_cache.to(query.dtype),
+            head_size,
+            mrope_section=list(mrope_section),
+            **args,
+        )
+        return q.reshape(query.shape), k.reshape(key.shape)
+
+
+def _full_width_rows(cos, sin, rotary_mode: str):
+    """Half-width cos/sin as the full-width r1/r2 a torch_npu rope op pairs with its rotary_mode:
+    cat(c, c) for "half", repeat_interleave(c, 2) for "interleave" (spec/ascend.md, CANN-ROTARY-MUL)."""
+    if rotary_mode == "half":
+        return torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
 
 
 def _require_fia_paged_features(meta, k_cache, v_cache, sinks) -> None:

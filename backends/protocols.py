@@ -296,3 +296,54 @@ class MoeOps(Protocol):
 __all__ += ["MoeOps"]
 FAMILIES["moe"] = MoeOps
 OPS.update({op: "moe" for op in protocol_ops(MoeOps)})
+# --- rotary position embeddings (spec/rope.md), in its own block ------------------------------
+
+
+class RopeOps(Protocol):
+    """Rotary embeddings (ROPE-*; ``reference.rope``): the frequencies a config gives, the cos/sin
+    rows, and their application to q [T, Hq, d] and k [T, Hk, dk] at integer positions."""
+
+    def rope_inv_freq(
+        self, config: Any, *, seq_len: int | None, layer_type: str | None
+    ) -> tuple[torch.Tensor, float]:
+        """(inv_freq [rotary_dim / 2], attention_factor) of the config's rope type."""
+        ...
+
+    def rope_softmax_scale(self, config: Any, *, scale: float) -> float: ...
+
+    def rope_cos_sin(
+        self, positions: torch.Tensor, inv_freq: torch.Tensor, *, attention_factor: float
+    ) -> torch.Tensor:
+        """[*positions.shape, rotary_dim] = cat(cos, sin)(positions * inv_freq) * attention_factor."""
+        ...
+
+    def rotary_embedding(
+        self,
+        positions: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        *,
+        is_neox_style: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def mrope(
+        self,
+        positions: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        cos_sin_cache: torch.Tensor,
+        *,
+        mrope_section: Any,
+        is_neox_style: bool,
+        mrope_interleaved: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def rope_kernel_args(self, is_neox_style: bool) -> dict:
+        """{api: {flag: value}}: the style arguments of every rope kernel the backend calls."""
+        ...
+
+
+__all__ += ["RopeOps"]
+FAMILIES["rope"] = RopeOps
+OPS.update({op: "rope" for op in protocol_ops(RopeOps)})

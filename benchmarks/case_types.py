@@ -17,6 +17,7 @@ FAMILIES: dict[str, str] = {
     "scheduler": "reference.scheduler",
     "serving": "reference.serving",
     "norms": "reference.norms",
+    "rope": "reference.rope",
 }
 FAMILIES["moe"] = "reference.moe"
 

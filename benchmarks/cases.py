@@ -20,7 +20,8 @@ Sizes and where they come from (assumptions are marked as such):
   8-way tensor-parallel split), B 64 over a 32k cache: the full 8 kv heads would need 8 GiB
   of bf16 cache (32 GiB in the float64 oracle), more than a CPU benchmark machine holds.
 - Serving attention (spec/serving.md): the shapes and their interpretation are in
-  ``benchmarks/serving_cases.py``; the norms (spec/norms.md) in ``benchmarks/norm_cases.py``.
+  ``benchmarks/serving_cases.py``; the norms (spec/norms.md) in ``benchmarks/norm_cases.py``;
+  the rope cases (spec/rope.md) in ``benchmarks/rope_cases.py``.
 
 A case's inputs are built inside the worker process by ``make_inputs(params, device, dtype)``
 and called through ``make_call(op, inputs)``, so the timed region is exactly the op call.
@@ -35,6 +36,7 @@ import torch
 from benchmarks.case_types import FAMILIES, GIB, SHAPE_SETS, Case, Target
 from benchmarks.moe_cases import MOE_CASES
 from benchmarks.norm_cases import NORM_CASES
+from benchmarks.rope_cases import ROPE_CASES
 from benchmarks.serving_cases import SERVING_CASES
 
 __all__ = ["CASES", "FAMILIES", "GIB", "SHAPE_SETS", "Case", "Target", "cases", "get_case"]
@@ -306,6 +308,7 @@ CASES: tuple[Case, ...] = (
     + NORM_CASES
     + SERVING_CASES
     + MOE_CASES
+    + ROPE_CASES
 )
 
 

@@ -288,3 +288,50 @@ def moe_magnitude(x, w13, w2, topk_weights, topk_ids, *, activation, limit, appl
 
 
 SCALING_RULES = (*SCALING_RULES, moe_magnitude)
+# --- rope (spec/rope.md, ROPE-TOL), in its own block ----------------------------------------------
+# "rope": the rotation, atol scaled by pair_scale (a rotated element is formed from two inputs and
+# two cache values; computed in the input dtype it rounds the cache, both products and the sum: about
+# 2 unit roundoffs of |a| + |b| and one of |e|). "rope-cos-sin": the cache rows, atol scaled by
+# angle_scale (a float32 angle p f rounds by u p f). "rope-freq": relative, float32 pow's rounding of
+# base^(2i/r) with ln(base') up to about 20 (spec/tolerances.md).
+TOLERANCES["rope"] = {
+    torch.float64: Tolerance(rtol=1e-7, atol=1e-7),
+    torch.float32: Tolerance(rtol=1.3e-6, atol=1e-6),
+    torch.float16: Tolerance(rtol=1e-3, atol=2e-3),
+    torch.bfloat16: Tolerance(rtol=8e-3, atol=1.6e-2),
+}
+TOLERANCES["rope-cos-sin"] = {
+    torch.float64: Tolerance(rtol=1e-15, atol=1e-15),
+    torch.float32: Tolerance(rtol=1.2e-7, atol=2.4e-7),
+}
+TOLERANCES["rope-freq"] = {
+    torch.float64: Tolerance(rtol=1e-10, atol=1e-15),
+    torch.float32: Tolerance(rtol=1e-5, atol=1e-12),
+}
+
+
+def pair_scale(x: torch.Tensor, cos_sin: torch.Tensor, is_neox_style: bool) -> torch.Tensor:
+    """ROPE-TOL: per element of x [T, H, d], (|x_j| + |x_partner(j)|) * max(1, |c| + |s|) for the
+    rotated dims (cos_sin [T, r]: each token's cache row, cat(cos, sin)), |x_j| for the rest."""
+    x = x.detach().to(torch.float64).abs()
+    r = cos_sin.shape[-1]
+    half = r // 2
+    j = torch.arange(r, device=x.device)
+    partner = (j + half) % r if is_neox_style else j ^ 1
+    frequency = j % half if is_neox_style else j // 2
+    row = cos_sin.detach().to(x.device, torch.float64).abs()
+    magnitude = (row[:, :half] + row[:, half:]).clamp(min=1.0)[:, frequency]  # [T, r]
+    rotated = (x[..., :r] + x[..., partner]) * magnitude[:, None, :]
+    return torch.cat([rotated, x[..., r:]], dim=-1)
+
+
+def angle_scale(positions: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float) -> torch.Tensor:
+    """ROPE-TOL: per element of rope_cos_sin's output, max(1, |attention_factor|) * (1 + p f)."""
+    angles = positions.detach().to(torch.float64)[..., None] * inv_freq.detach().to(
+        positions.device, torch.float64
+    )
+    scale = max(1.0, abs(float(attention_factor))) * (1.0 + angles.abs())
+    return torch.cat([scale, scale], dim=-1)
+
+
+SCALING_RULES = SCALING_RULES + (pair_scale, angle_scale)

@@ -42,6 +42,12 @@ CONFIG_FIELDS = {
     ("moe_router_config", "config"): ("MOE-CONFIG", ("num_experts_per_tok", "n_group", "topk_group",
                                       "norm_topk_prob", "routed_scaling_factor", "topk_method",
                                       "moe_router_scaling_factor")),
+    ("rope_inv_freq", "config"): (
+        "ROPE-PARAMS",
+        ("rope_parameters", "rope_theta", "head_dim", "partial_rotary_factor",
+         "original_max_position_embeddings"),
+    ),
+    ("rope_softmax_scale", "config"): ("ROPE-PARAMS", ("rope_parameters", "head_dim")),
 }  # fmt: skip
 
 
@@ -128,6 +134,10 @@ def test_a_field_never_left_out_is_found():
                                                 "max_window_layers,model_type,sliding_window_pattern,use_sliding_window"]}},
         "swiglu_limit": {"config": {"fields": ["swiglu_limits", "swiglu_limits_shared"]}},
         "moe_router_config": {"config": {"fields": ["model_type"]}},
+        "rope_inv_freq": {"config": {"fields": ["max_position_embeddings,rope_scaling",
+                                                "head_dim,original_max_position_embeddings,partial_rotary_factor,"
+                                                "rope_parameters,rope_theta"]}},
+        "rope_softmax_scale": {"config": {"fields": ["hidden_size,rope_scaling"]}},
         "dpm_scheduler": {"beta_start": {"value": ["<omitted>", "float:0.0001"]},
                           "solver_order": {"value": ["int:2"]}},
     }  # fmt: skip

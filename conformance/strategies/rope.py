@@ -1,0 +1,203 @@
+"""Hypothesis strategies for the rope properties (spec/rope.md).
+
+``RopeRecipe`` draws an application case (tokens, heads, widths, dtypes, positions, layouts) and
+``make(device)`` builds positions, query, key and the cos/sin cache with the same values every
+time; ``rope_configs`` draws transformers-style configs of every rope type with optional fields
+left out (ROPE-PARAMS).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+from hypothesis import strategies as st
+
+from conformance.strategies.common import FLOAT_DTYPES, seeds, strided_view
+from reference import rope as oracle
+
+# ROPE-POSITIONS: how the positions of a batch are laid out. "offset": one sequence continuing at an
+# extend offset; "ragged": packed sequences restarting at 0 and at offsets; "random": any order,
+# repeats (decode slots of several requests).
+POSITION_MODES = ("offset", "ragged", "random")
+CACHE_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class RopeRecipe:
+    tokens: int
+    q_heads: int
+    k_heads: int
+    rotary_dim: int
+    head_dim: int
+    dtype: torch.dtype
+    cache_dtype: torch.dtype
+    positions_dtype: torch.dtype
+    mode: str
+    offset: int
+    seed: int
+    strided: bool = False
+    attention_factor: float = 1.0
+    mrope: bool = False
+
+    def positions(self) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed)
+        t = self.tokens
+        if self.mode == "offset":
+            base = self.offset + torch.arange(t)
+        elif self.mode == "ragged":
+            cut = max(1, t // 2)
+            base = torch.cat([torch.arange(cut), self.offset + torch.arange(t - cut)])
+        else:
+            base = torch.randint(0, self.offset + t, (t,), generator=gen)
+        if self.mrope:  # temporal = the text position, height and width a grid around it
+            grid = torch.randint(0, self.offset + t, (2, t), generator=gen)
+            base = torch.cat([base[None], grid])
+        return base.to(self.positions_dtype)
+
+    def make(self, device="cpu"):
+        gen = torch.Generator().manual_seed(self.seed + 1)
+        positions = self.positions()
+        q = torch.randn(self.tokens, self.q_heads, self.head_dim, generator=gen, dtype=torch.float64)
+        k = torch.randn(self.tokens, self.k_heads, self.head_dim, generator=gen, dtype=torch.float64)
+        size = int(positions.max()) + 1 + self.seed % 5
+        cache = _cache(self.rotary_dim, size, self.attention_factor, self.cache_dtype)
+        tensors = [positions, q.to(self.dtype), k.to(self.dtype), cache]
+        tensors = [t.to(device, copy=True) for t in tensors]
+        if self.strided:
+            tensors = [strided_view(t) for t in tensors]
+        return tuple(tensors)
+
+    def describe(self) -> str:
+        return (
+            f"T {self.tokens}, Hq {self.q_heads}, Hk {self.k_heads}, rotary_dim {self.rotary_dim} of "
+            f"head_dim {self.head_dim}, {str(self.dtype)[6:]} (cache {str(self.cache_dtype)[6:]}), "
+            f"positions {self.mode} from {self.offset}{', strided' if self.strided else ''}"
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def _cache(rotary_dim: int, size: int, attention_factor: float, dtype: torch.dtype) -> torch.Tensor:
+    """The default-base cache rows 0 .. size - 1 (ROPE-COS-SIN) from float32 frequencies, in ``dtype``;
+    cached, and cloned by ``make`` so that no property shares (or can write to) one tensor."""
+    inv = (1.0 / (10000 ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))).float()
+    return oracle.rope_cos_sin(torch.arange(size), inv, attention_factor=attention_factor).to(dtype)
+
+
+@st.composite
+def rope_recipes(
+    draw,
+    *,
+    partial=None,
+    dtypes=FLOAT_DTYPES + (torch.float64,),
+    modes=POSITION_MODES,
+    mrope=False,
+    strided=None,
+    cache_dtypes=CACHE_DTYPES,
+    max_offset=600,
+) -> RopeRecipe:
+    rotary_dim = draw(st.sampled_from((2, 4, 8, 16, 32) if not mrope else (6, 12, 24)))
+    is_partial = draw(st.booleans()) if partial is None else partial
+    extra = draw(st.sampled_from((2, 3, 8, 16))) if is_partial else 0
+    q_heads = draw(st.integers(1, 4))
+    return RopeRecipe(
+        tokens=draw(st.integers(1, 12)),
+        q_heads=q_heads,
+        k_heads=draw(st.sampled_from(sorted({1, q_heads, max(1, q_heads // 2)}))),
+        rotary_dim=rotary_dim,
+        head_dim=rotary_dim + extra,
+        dtype=draw(st.sampled_from(dtypes)),
+        cache_dtype=draw(st.sampled_from(cache_dtypes)),
+        positions_dtype=draw(st.sampled_from((torch.int64, torch.int32))),
+        mode=draw(st.sampled_from(modes)),
+        offset=draw(st.integers(1, max_offset)),
+        seed=draw(seeds()),
+        strided=draw(st.booleans()) if strided is None else strided,
+        attention_factor=draw(st.sampled_from((1.0, 1.0, 1.35))),
+        mrope=mrope,
+    )
+
+
+# --- configs (ROPE-PARAMS, ROPE-FREQ, ROPE-LAYER, ROPE-SOFTMAX-SCALE) ------------------------------
+
+LLAMA31 = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+
+def _type_keys(draw, rope_type: str, half: int, longest: int) -> dict:
+    optional = {}
+    if rope_type in ("linear", "dynamic"):
+        return {"factor": draw(st.sampled_from((2.0, 4.0, 8.0)))}
+    if rope_type == "llama3":
+        return dict(LLAMA31)
+    if rope_type == "yarn":
+        keys = {"factor": draw(st.sampled_from((4.0, 32.0, 40.0)))}
+        for name, values in (
+            ("beta_fast", (32, 16)),
+            ("beta_slow", (1, 2)),
+            ("truncate", (True, False)),
+            ("mscale", (1.0, 0.707)),
+            ("mscale_all_dim", (1.0, 0.0)),
+            ("original_max_position_embeddings", (longest // 4,)),
+        ):
+            if draw(st.booleans()):
+                optional[name] = draw(st.sampled_from(values))
+        if draw(st.integers(0, 4)) == 0:
+            optional["attention_factor"] = 1.2
+        return {**keys, **optional}
+    if rope_type == "longrope":
+        short = [1.0 + 0.05 * i for i in range(half)]
+        return {
+            "short_factor": short,
+            "long_factor": [2.0 * f for f in short],
+            "original_max_position_embeddings": longest // 8,
+        }
+    if rope_type == "proportional":
+        return {"partial_rotary_factor": 0.25, **({"factor": 2.0} if draw(st.booleans()) else {})}
+    return {}
+
+
+@st.composite
+def rope_configs(draw, *, rope_types=oracle.ROPE_TYPES, per_layer=None):
+    """(config, seq_len, layer_type): a SimpleNamespace carrying a transformers config's rope fields,
+    each optional field sometimes left out; per_layer draws Gemma3-style nested parameters."""
+    rope_type = draw(st.sampled_from(rope_types))
+    head_dim = draw(st.sampled_from((16, 64, 128)))
+    prf = 1.0 if rope_type == "proportional" else draw(st.sampled_from((1.0, 1.0, 0.5)))
+    longest = draw(st.sampled_from((4096, 32768, 131072)))
+    half = int(head_dim * prf) // 2
+    params = {"rope_type": rope_type, **_type_keys(draw, rope_type, half, longest)}
+    fields = {"max_position_embeddings": longest}
+    theta = draw(st.sampled_from((10000.0, 500000.0, 1e6)))
+    if draw(st.booleans()):
+        fields["head_dim"] = head_dim
+    else:
+        fields.update(hidden_size=head_dim * 4, num_attention_heads=4)
+    if prf != 1.0:
+        fields["partial_rotary_factor"] = prf
+    nested = draw(st.booleans()) if per_layer is None else per_layer
+    layer_type = None
+    if nested:
+        local = {"rope_type": "default", "rope_theta": 10000.0}
+        fields["layer_types"] = ["sliding_attention", "full_attention"]
+        fields["rope_parameters"] = {
+            "sliding_attention": local,
+            "full_attention": {**params, "rope_theta": theta},
+        }
+        layer_type = draw(st.sampled_from(fields["layer_types"]))
+    elif draw(st.booleans()):
+        fields["rope_parameters"] = {**params, **({"rope_theta": theta} if draw(st.booleans()) else {})}
+    else:  # the config.json form: rope_scaling beside rope_theta (legacy "type" key)
+        scaling = {("type" if draw(st.booleans()) else "rope_type"): rope_type, **params}
+        scaling.pop("rope_type") if "type" in scaling else None
+        fields.update(rope_scaling=None if rope_type == "default" else scaling, rope_theta=theta)
+        if rope_type != "default" and "original_max_position_embeddings" in params and draw(st.booleans()):
+            fields["original_max_position_embeddings"] = scaling.pop("original_max_position_embeddings")
+    seq_len = draw(st.sampled_from((None, 1, longest - 1, longest, longest + 1, 4 * longest)))
+    return SimpleNamespace(**fields), seq_len, layer_type

@@ -1,0 +1,131 @@
+"""Rope mutants of the config readers (spec/rope.md: ROPE-PARAMS, ROPE-FREQ and its refinements,
+ROPE-LAYER, ROPE-SOFTMAX-SCALE), listed by ``mutants/rope.py``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from backends import rope as native_rope
+from backends.native import NativeBackend
+from reference import rope_config
+
+
+def _default_type(config):
+    """The config with its rope type replaced by default (what a reader that ignores scaling sees)."""
+    fields = dict(vars(config))
+    if isinstance(fields.get("rope_parameters"), dict) and "rope_type" in fields["rope_parameters"]:
+        fields["rope_parameters"] = {**fields["rope_parameters"], "rope_type": "default"}
+    if isinstance(fields.get("rope_scaling"), dict):
+        fields["rope_scaling"] = None
+    return SimpleNamespace(**fields)
+
+
+class Llama3ScalingIgnored(NativeBackend):
+    """rope_type llama3 read as default: right on short prompts, gibberish past about 29k tokens.
+
+    Origin: unslothai/unsloth#6197, lablup/mlxcel#1355 (Llama 3.1's rope_scaling ignored).
+    Caught by: ROPE-FREQ-LLAMA3, ROPE-FREQ.
+    """
+
+    name = "rope-llama3-ignored"
+    clauses = {"ROPE-FREQ-LLAMA3", "ROPE-FREQ"}
+
+    def rope_inv_freq(self, config, *, seq_len, layer_type):
+        d = rope_config.rope_parameters(config, layer_type)
+        if d["rope_type"] == "llama3":
+            config = _default_type(config)
+        return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
+
+
+class YarnMscaleOmitted(NativeBackend):
+    """YaRN's attention factor (mscale) left at 1: cos and sin 1/m too small.
+
+    Origin: huggingface/transformers#47435, onnxruntime/mobius#548.
+    Caught by: ROPE-FREQ-YARN, ROPE-FREQ.
+    """
+
+    name = "rope-yarn-mscale-omitted"
+    clauses = {"ROPE-FREQ-YARN", "ROPE-FREQ"}
+
+    def rope_inv_freq(self, config, *, seq_len, layer_type):
+        inv, factor = native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
+        return inv, 1.0 if rope_config.rope_parameters(config, layer_type)["rope_type"] == "yarn" else factor
+
+
+class DynamicNtkUnclampedLength(NativeBackend):
+    """Dynamic NTK with seq_len used as is, below max_position_embeddings too: the base shrinks.
+
+    Origin: a port dropping transformers' max(seq_len, max_position_embeddings).
+    Caught by: ROPE-FREQ-DYNAMIC, ROPE-FREQ.
+    """
+
+    name = "rope-dynamic-wrong-length"
+    clauses = {"ROPE-FREQ-DYNAMIC", "ROPE-FREQ"}
+
+    def rope_inv_freq(self, config, *, seq_len, layer_type):
+        d = rope_config.rope_parameters(config, layer_type)
+        if d["rope_type"] != "dynamic" or seq_len is None:
+            return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
+        factor, longest, dim = d["factor"], d["max_position_embeddings"], d["rotary_dim"]
+        base = d["rope_theta"] * ((factor * seq_len / longest) - (factor - 1)) ** (dim / (dim - 2))
+        return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)), 1.0
+
+
+class LocalBaseOnGlobalLayers(NativeBackend):
+    """Every layer type reads the sliding layers' rope (Gemma3's local base on its full layers).
+
+    Origin: one rope module shared by all layers of a hybrid model.
+    Caught by: ROPE-LAYER, ROPE-FREQ.
+    """
+
+    name = "rope-local-base-on-global-layers"
+    clauses = {"ROPE-LAYER", "ROPE-FREQ"}
+
+    def rope_inv_freq(self, config, *, seq_len, layer_type):
+        if layer_type == "full_attention":
+            layer_type = "sliding_attention"
+        return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
+
+
+class SoftmaxScaleWithoutMscale(NativeBackend):
+    """The softmax scale left at the base scale for DeepSeek's YaRN (mscale^2 dropped).
+
+    Origin: huggingface/transformers#47435 (the attention-side mscale of DeepSeek omitted).
+    Caught by: ROPE-SOFTMAX-SCALE.
+    """
+
+    name = "rope-softmax-scale-without-mscale"
+    clauses = {"ROPE-SOFTMAX-SCALE"}
+
+    def rope_softmax_scale(self, config, *, scale):
+        return float(scale)
+
+
+class RopeThetaOnlyFromDict(NativeBackend):
+    """rope_theta read only from the rope dict: a config.json's rope_theta beside rope_scaling (Llama
+    3.1's 500000, Qwen's 1e6) silently becomes the 10000 default.
+
+    Origin: a reader written for transformers' standardized rope_parameters, fed raw config.json fields.
+    Caught by: ROPE-PARAMS, ROPE-FREQ.
+    """
+
+    name = "rope-theta-only-from-dict"
+    clauses = {"ROPE-PARAMS", "ROPE-FREQ"}
+
+    def rope_inv_freq(self, config, *, seq_len, layer_type):
+        if getattr(config, "rope_parameters", None) is None and hasattr(config, "rope_theta"):
+            config = SimpleNamespace(**{k: v for k, v in vars(config).items() if k != "rope_theta"})
+        return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
+
+
+BACKENDS = [
+    Llama3ScalingIgnored(),
+    YarnMscaleOmitted(),
+    DynamicNtkUnclampedLength(),
+    LocalBaseOnGlobalLayers(),
+    SoftmaxScaleWithoutMscale(),
+    RopeThetaOnlyFromDict(),
+]
