@@ -14,9 +14,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from conformance import profiles
-from conformance.checks import assert_close, check, describe
+from conformance.checks import ConformanceError, assert_close, check, describe
 from conformance.strategies.rope import rope_configs
 from reference import rope as oracle
+from reference.rope_config import fixed_length_dynamic_inv_freq
 
 FEW = profiles.share_of_examples(1 / 3)
 # DeepSeek-V3's config.json rope fields (YaRN, factor 40, mscale = mscale_all_dim = 1; qk_head_dim 192).
@@ -44,6 +45,13 @@ def _compare_freq(backend, device, drawn, clause: str) -> None:
         clause=clause,
         message=f"{context}: inv_freq is {getattr(inv, 'dtype', type(inv).__name__)}, expected float32/64",
     )
+    fixed = fixed_length_dynamic_inv_freq(config, layer_type=layer_type)
+    if fixed is not None:  # ROPE-FREQ-DYNAMIC: vLLM's one cache at M * factor is the field's other convention
+        try:
+            assert_close(inv.cpu(), fixed, clause=clause, family="rope-freq", context=context)
+            want = fixed
+        except ConformanceError:
+            pass
     assert_close(inv.cpu(), want, clause=clause, family="rope-freq", context=f"{context}: inv_freq")
     check(
         math.isclose(float(attention), factor, rel_tol=1e-6),

@@ -227,6 +227,17 @@ def rope_inv_freq(config, *, seq_len: int | None, layer_type: str | None) -> tup
     return inv / _number(d.get("factor", 1.0), "config factor"), 1.0
 
 
+def fixed_length_dynamic_inv_freq(config, *, layer_type: str | None) -> torch.Tensor | None:
+    """ROPE-FREQ-DYNAMIC's second convention: dynamic NTK's frequencies at the one fixed length
+    ``max_position_embeddings * factor`` whatever the sequence (vLLM's precomputed cache), float64;
+    None when the layer's rope is not dynamic."""
+    d = rope_parameters(config, layer_type)
+    if d["rope_type"] != "dynamic":
+        return None
+    base, dim, factor = d["rope_theta"], d["rotary_dim"], _number(d["factor"], "config factor")
+    return _default_inv_freq(base * (factor * factor - (factor - 1)) ** (dim / (dim - 2)), dim)
+
+
 def rope_softmax_scale(config, *, scale: float) -> float:
     """ROPE-SOFTMAX-SCALE: the softmax scale attention must use for a model whose base scale is
     ``scale``: times yarn_get_mscale(factor, mscale_all_dim)^2 when the rope is scaled and
