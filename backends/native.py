@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from backends import paged
+from backends import kv_cache, paged
 from reference import activations as _act
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
@@ -238,6 +238,10 @@ class NativeBackend:
     @staticmethod
     def gemma_fused_add_rms_norm(x, residual, weight, *, eps):
         return _fused(_gemma_rms_norm, x, residual, weight, eps)
+
+    # --- KV-cache write (spec/kv_cache.md): backends/kv_cache.py ----------------------------------
+
+    write_kv_cache = staticmethod(kv_cache.write_kv_cache)
 
 
 BACKEND = NativeBackend()

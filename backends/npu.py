@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from backends import NotImplementedOp, native
 from reference.activations import APPROXIMATE_MODES, GELU_VARIANTS, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
+from reference.kv_cache import dequantized_caches
 from reference.masks import CANN_MAX_TOKENS, require_window
 from reference.serving import validate_paged_args
 from reference.validation import require_choice, require_floating, require_positive_finite_or_none
@@ -221,10 +222,12 @@ class AscendBackend:
 
     def paged_attention(
         self, q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks,
-        scale,
+        scale, k_scale=None, v_scale=None,
     ):  # fmt: skip
         """SERVE: one FIA call in TND over the paged cache; the kernel (prompt or incremental) is
-        chosen per call, so the window is a band (sparse_mode 4) or an explicit decode mask."""
+        chosen per call, so the window is a band (sparse_mode 4) or an explicit decode mask. fp8
+        caches are dequantized into q's dtype by the adapter first (spec/kv_cache.md, KV-FP8-READ)."""
+        k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, getattr(q, "dtype", None))
         meta = validate_paged_args(
             q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
             sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
