@@ -20,6 +20,7 @@ from conformance.checks import check, describe
 from conformance.error_cases import check_backend_raises, params
 from conformance.kv_cache_errors import KV_ERRORS
 from conformance.strategies import kv_cache as strategies
+from conformance.strategies.common import strided_view
 from conformance.strategies.kv_cache import MIXED_DIMS, PAGE_SIZES, write_recipes
 from conformance.strategies.serving import serving_recipes, windows
 from conformance.test_serving import compare, options, oracle
@@ -50,7 +51,7 @@ def _call(impl, recipe, device, buffers) -> None:
     key, value = recipe.tensors(device)
     k_cache, v_cache = recipe.caches(buffers)
     k_scale, v_scale = recipe.scales(device) or (None, None)
-    impl.write_kv_cache(key, value, k_cache, v_cache, recipe.slot_mapping().to(device), k_scale=k_scale,
+    impl.write_kv_cache(key, value, k_cache, v_cache, recipe.slot_mapping(device), k_scale=k_scale,
                         v_scale=v_scale)  # fmt: skip
 
 
@@ -189,9 +190,10 @@ def test_fp8_caches_are_read_with_their_scales(backend, device, data, recipe, fp
     batch = recipe.make(device)
     shape = data.draw(st.sampled_from(((), (1,), (recipe.kv_heads,))), label="scale_shape")
     (k8, ks), (v8, vs) = _fp8_caches(batch, fp8, shape, torch.Generator().manual_seed(recipe.seed))
+    view = strided_view if recipe.metadata_layout == "views" else (lambda t: t)  # SERVE-LAYOUT's draw
     args, meta = batch.args()
     out = backend.paged_attention(args[0], k8.to(device), v8.to(device), **meta, **opts,
-                                  k_scale=ks.to(device), v_scale=vs.to(device))  # fmt: skip
+                                  k_scale=view(ks.to(device)), v_scale=view(vs.to(device)))  # fmt: skip
     cpu = batch.cpu().args()
     want = serving.paged_attention(cpu[0][0], k8, v8, **cpu[1], **opts, k_scale=ks, v_scale=vs)
     context = describe(

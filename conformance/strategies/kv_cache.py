@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from conformance.strategies.common import seeds
+from conformance.strategies.common import seeds, strided_view
 from reference.kv_cache import FP8_DTYPES, FP8_MAX
 
 PAGE_SIZES = (1, 16, 32, 64, 128, 256)
@@ -53,6 +53,7 @@ class WriteRecipe:
     cache_dtype: torch.dtype | None = None  # None: key's dtype; else an fp8 dtype (KV-FP8)
     scale_shape: tuple[int, ...] = ()  # [], [1] or [H] (fp8 only)
     magnitude: float = 1.0  # |key / scale| reaches about this many times the fp8 maximum
+    metadata_layout: str = "contiguous"  # "views": slot_mapping and a per-head scale as strided views
 
     @property
     def stored_dtype(self) -> torch.dtype:
@@ -62,12 +63,13 @@ class WriteRecipe:
     def slots(self) -> int:
         return self.num_blocks * self.block_size
 
-    def slot_mapping(self) -> torch.Tensor:
+    def slot_mapping(self, device="cpu") -> torch.Tensor:
         gen = torch.Generator().manual_seed(self.seed + 1)
         slots = torch.randperm(self.slots, generator=gen)[: self.tokens]
         if self.padded:
             slots[list(self.padded)] = self.pad_value
-        return slots.to(self.slot_dtype)
+        slots = slots.to(self.slot_dtype).to(device)
+        return strided_view(slots) if self.metadata_layout == "views" else slots
 
     def tensors(self, device):
         """(key, value or None) on ``device``, as fresh tensors or views of a fused qkv projection."""
@@ -102,7 +104,10 @@ class WriteRecipe:
             return None
         gen = torch.Generator().manual_seed(self.seed + 2)
         k, v = (torch.rand(self.scale_shape, generator=gen) * 0.9 + 0.1 for _ in range(2))
-        return k.to(device), (None if self.value_dim is None else v.to(device))
+        k, v = k.to(device), v.to(device)
+        if self.metadata_layout == "views" and k.dim() == 1:
+            k, v = strided_view(k), strided_view(v)
+        return k, (None if self.value_dim is None else v)
 
     def buffers(self, device) -> tuple[torch.Tensor, ...]:
         """The memory the caches live in, before the call: random bits, NaN, the sentinel last."""
@@ -175,4 +180,5 @@ def write_recipes(
         cache_dtype=cache_dtype,
         scale_shape=draw(st.sampled_from(((), (1,), (h,)))) if fp8 else (),
         magnitude=draw(st.sampled_from(magnitudes)),
+        metadata_layout=draw(st.sampled_from(("contiguous", "views"))),  # drawn last: earlier draws unchanged
     )
