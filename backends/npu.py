@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from backends import NotImplementedOp, native
+from backends import NotImplementedOp, native, npu_kv_cache
 from reference.activations import APPROXIMATE_MODES, GELU_VARIANTS, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
 from reference.kv_cache import dequantized_caches
@@ -273,6 +273,10 @@ def _require_fia_paged_features(meta, k_cache, v_cache, sinks) -> None:
         raise NotImplementedError(
             f"Dv={v_cache.shape[3]} != Dqk={k_cache.shape[3]}: FIA requires key and value of identical shapes"
         )
+
+
+# --- KV-cache write (spec/kv_cache.md; spec/ascend.md, CANN-KV-WRITE): backends/npu_kv_cache.py ---
+AscendBackend.write_kv_cache = npu_kv_cache.write_kv_cache
 
 
 BACKEND = AscendBackend("npu", import_torch_npu, _real_ops_unavailable)
