@@ -17,6 +17,7 @@ FAMILIES: dict[str, str] = {
     "scheduler": "reference.scheduler",
     "serving": "reference.serving",
     "norms": "reference.norms",
+    "kv_cache": "reference.kv_cache",
 }
 
 SHAPE_SETS = ("full", "quick")

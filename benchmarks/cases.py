@@ -33,6 +33,7 @@ import math
 import torch
 
 from benchmarks.case_types import FAMILIES, GIB, SHAPE_SETS, Case, Target
+from benchmarks.kv_cache_cases import KV_CACHE_CASES
 from benchmarks.norm_cases import NORM_CASES
 from benchmarks.serving_cases import SERVING_CASES
 
@@ -304,6 +305,7 @@ CASES: tuple[Case, ...] = (
     )
     + NORM_CASES
     + SERVING_CASES
+    + KV_CACHE_CASES
 )
 
 
