@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from backends import paged
+from backends import npu_kv_cache, paged
 from backends.native import NativeBackend
+from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from reference.kv_cache import FP8_MAX, validate_write_args
 
 # The conformance module (under the ``conformance`` package) that must catch these mutants.
@@ -286,8 +287,61 @@ class ScaleIgnoredOnRead(_Write):
         return paged.paged_attention(q, k_cache, v_cache, k_scale=k_scale, v_scale=v_scale, **kwargs)
 
 
+class _Ascend(AscendBackend):
+    """The emulated Ascend adapter (its write through npu_scatter_pa_kv_cache, spec/ascend.md)."""
+
+    def __init__(self, name: str):
+        super().__init__(name, load_emulator, emulator_unavailable)
+
+
+class AscendPaddingPassedToTheOp(_Ascend):
+    """The Ascend adapter passes slot_mapping as it is, padded tokens included, to an op whose slots
+    must lie in [0, N - 1] (no skip semantics): the emulated op rejects -1.
+
+    Origin: an adapter ported from vLLM's `reshape_and_cache_flash`, which skips slot -1 itself
+    (spec/ascend.md, CANN-KV-WRITE; the op-plugin test's golden skipping -1 hides it).
+    Caught by: KV-PAD, KV-WRITE.
+    """
+
+    clauses = {"KV-PAD", "KV-WRITE"}
+
+    def write_kv_cache(self, key, value, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=None):
+        validate_write_args(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+        if value is None or k_scale is not None or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+            scales = {"k_scale": k_scale, "v_scale": v_scale}
+            return npu_kv_cache.write_kv_cache(self, key, value, k_cache, v_cache, slot_mapping, **scales)
+        self.ops.npu_scatter_pa_kv_cache(key.contiguous(), value.contiguous(), k_cache, v_cache,
+                                         slot_mapping.contiguous(), cache_mode="Norm")  # fmt: skip
+
+
+class AscendDefaultCacheMode(_Ascend):
+    """The Ascend adapter calls npu_scatter_pa_kv_cache without cache_mode: its default 'PA_NZ'
+    expects NZ caches [num_blocks, N * D // 16, block_size, 16], not the contract's ND ones.
+
+    Origin: the op's documented default (`cache_mode='PA_NZ'`, spec/ascend.md CANN-KV-WRITE);
+    vllm-ascend#2988 (the NZ cache path produced garbage in decode).
+    Caught by: KV-WRITE, KV-PAGE-SIZE.
+    """
+
+    clauses = {"KV-WRITE", "KV-PAGE-SIZE"}
+
+    @property
+    def ops(self):
+        ops = super().ops
+
+        class DefaultMode:
+            def __getattr__(self, name):
+                return getattr(ops, name)
+
+            @staticmethod
+            def npu_scatter_pa_kv_cache(*args, cache_mode=None, **kwargs):
+                return ops.npu_scatter_pa_kv_cache(*args, **kwargs)  # cache_mode dropped: 'PA_NZ'
+
+        return DefaultMode()
+
+
 def _named(cls, name: str):
-    backend = cls()
+    backend = cls(name) if issubclass(cls, AscendBackend) else cls()
     backend.name = name
     return backend
 
@@ -307,4 +361,6 @@ BACKENDS = [
     _named(FnuzSaturatedAt448, "wrong-kv-fnuz-saturated-at-448"),
     _named(PerHeadScaleReadAsPerTensor, "wrong-kv-per-head-scale-read-as-per-tensor"),
     _named(ScaleIgnoredOnRead, "wrong-kv-fp8-scale-ignored-on-read"),
+    _named(AscendPaddingPassedToTheOp, "wrong-kv-ascend-padding-passed-to-the-op"),
+    _named(AscendDefaultCacheMode, "wrong-kv-ascend-default-cache-mode-pa-nz"),
 ]
