@@ -28,9 +28,12 @@ from reference import kv_cache, serving
 
 F32 = (torch.float32,)
 FP8 = kv_cache.FP8_DTYPES
-# The read properties run a serving call per example on every paged backend: a third of the profile's
+# The read properties run a serving call per example on every paged backend: a quarter of the profile's
 # examples (the fp8 dtype, scale shape and page size are the draws that matter; profiles.share_of_examples).
-READ_EXAMPLES = profiles.share_of_examples(1 / 3)
+READ_EXAMPLES = profiles.share_of_examples(1 / 4)
+# The refining write clauses draw one narrow aspect each (KV-WRITE draws them all): half the examples.
+NARROW_EXAMPLES = profiles.share_of_examples(1 / 2)
+FP8_READ_EXAMPLES = profiles.share_of_examples(1 / 6)  # also on flex, whose eager calls cost 0.4 s
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -88,6 +91,7 @@ def test_padded_tokens_are_skipped(backend, device, recipe):
 
 @pytest.mark.clause("KV-KEEP")
 @pytest.mark.op("write_kv_cache")
+@NARROW_EXAMPLES
 @given(recipe=write_recipes(cache_layouts=("kv-fused", "columns", "nhd")))
 def test_other_slots_keep_their_bits(backend, device, recipe):
     """Every slot not written, and the other half of a combined buffer, keeps its bits (NaN included)."""
@@ -96,6 +100,7 @@ def test_other_slots_keep_their_bits(backend, device, recipe):
 
 @pytest.mark.clause("KV-PAGE-SIZE")
 @pytest.mark.op("write_kv_cache")
+@NARROW_EXAMPLES
 @given(recipe=write_recipes(pages=PAGE_SIZES, cache_layouts=("nhd",), key_layouts=("separate",)))
 def test_every_page_size(backend, device, recipe):
     """Page sizes 1, 16, 32, 64, 128, 256 over a permuted pool."""
@@ -104,6 +109,7 @@ def test_every_page_size(backend, device, recipe):
 
 @pytest.mark.clause("KV-LAYOUT")
 @pytest.mark.op("write_kv_cache")
+@NARROW_EXAMPLES
 @given(
     recipe=write_recipes(cache_layouts=("hnd", "kv-fused", "columns"), dims=strategies.SAME_DIMS + MIXED_DIMS)
 )
@@ -114,6 +120,7 @@ def test_strided_caches_and_inputs(backend, device, recipe):
 
 @pytest.mark.clause("KV-HEAD-DIMS")
 @pytest.mark.op("write_kv_cache")
+@NARROW_EXAMPLES
 @given(recipe=write_recipes(dims=MIXED_DIMS))
 def test_value_dims_may_differ(backend, device, recipe):
     """Dk != Dv: each cache gets its own tensor's columns."""
@@ -122,6 +129,7 @@ def test_value_dims_may_differ(backend, device, recipe):
 
 @pytest.mark.clause("KV-KEY-ONLY")
 @pytest.mark.op("write_kv_cache")
+@NARROW_EXAMPLES
 @given(recipe=write_recipes(key_only=True, cache_layouts=("nhd", "hnd")), fp8=st.booleans())
 def test_key_only_cache(backend, device, recipe, fp8):
     """MLA's latent cache: value and v_cache None, the key's every column written (bf16 or fp8)."""
@@ -140,6 +148,7 @@ def test_fp8_write_quantizes_with_the_scale(backend, device, recipe):
 
 @pytest.mark.clause("KV-FP8-SATURATE")
 @pytest.mark.op("write_kv_cache")
+@NARROW_EXAMPLES
 @given(recipe=write_recipes(fp8=True, magnitudes=(1.5, 4.0), cache_layouts=("nhd",)))
 def test_fp8_write_saturates(backend, device, recipe):
     """Quotients beyond M (and between 240 and 448 for fnuz) are stored as +-M, never NaN."""
@@ -178,12 +187,13 @@ def _fp8_caches(batch, dtype, shape, generator):
     return out
 
 
+FP8_READ = serving_recipes(dtypes=F32, cache_layouts=("separate",), batch=2)
+
+
 @pytest.mark.clause("KV-FP8-READ")
 @pytest.mark.op("paged_attention")
-@READ_EXAMPLES
-@given(
-    data=st.data(), recipe=serving_recipes(dtypes=F32, cache_layouts=("separate",)), fp8=st.sampled_from(FP8)
-)
+@FP8_READ_EXAMPLES
+@given(data=st.data(), recipe=FP8_READ, fp8=st.sampled_from(FP8))
 def test_fp8_caches_are_read_with_their_scales(backend, device, data, recipe, fp8):
     """paged_attention on fp8 caches with k_scale / v_scale equals SERVE on value * scale."""
     opts = options(recipe, sliding_window=data.draw(windows(recipe), label="sliding_window"))
