@@ -15,6 +15,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from backends import not_implemented_reason
 from conformance import profiles
 from conformance.checks import check, describe
 from conformance.error_cases import check_backend_raises, params
@@ -195,12 +196,16 @@ FP8_READ = serving_recipes(dtypes=F32, cache_layouts=("separate",), batch=2)
 @FP8_READ_EXAMPLES
 @given(data=st.data(), recipe=FP8_READ, fp8=st.sampled_from(FP8))
 def test_fp8_caches_are_read_with_their_scales(backend, device, data, recipe, fp8):
-    """paged_attention on fp8 caches with k_scale / v_scale equals SERVE on value * scale."""
+    """paged_attention on fp8 caches with k_scale / v_scale equals SERVE on value * scale; per-head
+    scales (two kv heads, first in the draw order) come as strided views, per-tensor ones as [] or [1]."""
+    kind = data.draw(st.sampled_from(("per-head", "tensor", "one")), label="scale_kind")
+    if kind == "per-head":
+        recipe = dataclasses.replace(recipe, kv_heads=2)
     opts = options(recipe, sliding_window=data.draw(windows(recipe), label="sliding_window"))
     batch = recipe.make(device)
-    shape = data.draw(st.sampled_from(((), (1,), (recipe.kv_heads,))), label="scale_shape")
+    shape = {"per-head": (recipe.kv_heads,), "tensor": (), "one": (1,)}[kind]
     (k8, ks), (v8, vs) = _fp8_caches(batch, fp8, shape, torch.Generator().manual_seed(recipe.seed))
-    view = strided_view if recipe.metadata_layout == "views" else (lambda t: t)  # SERVE-LAYOUT's draw
+    view = strided_view if kind == "per-head" else (lambda t: t)  # every other element of a buffer
     args, meta = batch.args()
     out = backend.paged_attention(args[0], k8.to(device), v8.to(device), **meta, **opts,
                                   k_scale=view(ks.to(device)), v_scale=view(vs.to(device)))  # fmt: skip
@@ -238,6 +243,9 @@ ROUND_TRIP = serving_recipes(dtypes=(torch.float32, torch.bfloat16), cache_layou
 def test_write_then_read_is_serve_on_the_originals(backend, device, data, recipe):
     """The backend's write into a NaN pool, then its paged_attention, equals SERVE on the original
     tensors (on KV-FP8's quantized originals for fp8 caches); every page size, NHD and HND."""
+    reason = not_implemented_reason(backend, "paged_attention")
+    if reason is not None:  # the read side is missing: the round trip is not implemented
+        pytest.skip(reason)
     recipe = dataclasses.replace(recipe, block_size=data.draw(st.sampled_from(PAGE_SIZES), label="page_size"))
     fp8 = data.draw(st.sampled_from((None, None, *FP8)), label="fp8")
     hnd = data.draw(st.booleans(), label="hnd")
