@@ -62,3 +62,36 @@ def test_scatter_nd_update_writes_rows_and_rejects_negative_indices():
     assert torch.equal(target[4], rows[0]) and torch.equal(target[1], rows[1]) and not target[0].any()
     with pytest.raises(ValueError, match="must lie in"):
         emu.npu_scatter_nd_update_(target, torch.tensor([[-1]]), rows[:1])
+
+
+def test_reshape_and_cache_takes_int32_slots_and_half_dtypes_only():
+    """ATB ReshapeAndCache: int32 slots, float16/bfloat16/int8 for all four tensors, ND."""
+    key, value, kc, vc = _norm_case(torch.bfloat16)
+    emu._npu_reshape_and_cache(key, value, kc, vc, torch.tensor([3, 8, 1], dtype=torch.int32))
+    assert torch.equal(kc[1, 0], key[1]) and torch.equal(vc[0, 3], value[0])
+    with pytest.raises(TypeError, match="int32"):
+        emu._npu_reshape_and_cache(key, value, kc, vc, torch.tensor([3, 8, 1]))
+    with pytest.raises(TypeError, match="dtype"):
+        emu._npu_reshape_and_cache(
+            key.float(), value.float(), kc.float(), vc.float(), torch.tensor([3], dtype=torch.int32)
+        )
+
+
+def test_the_adapter_takes_atb_for_int32_slots_and_scatter_pa_otherwise(monkeypatch):
+    """The adapter's op choice (spec/ascend.md, CANN-KV-WRITE): int32 slots and bfloat16 rows go to
+    _npu_reshape_and_cache, int64 slots to npu_scatter_pa_kv_cache; both write the same bits."""
+    import backends.npu_emulator as ops
+    from backends.npu import EMULATED
+
+    called = []
+    for name in ("_npu_reshape_and_cache", "npu_scatter_pa_kv_cache"):
+        original = getattr(ops, name)
+        monkeypatch.setattr(ops, name, lambda *a, _f=original, _n=name, **k: called.append(_n) or _f(*a, **k))
+    results = []
+    for dtype in (torch.int32, torch.int64):
+        torch.manual_seed(0)  # the same rows both times
+        key, value, kc, vc = _norm_case(torch.bfloat16)
+        EMULATED.write_kv_cache(key, value, kc, vc, torch.tensor([3, -1, 9], dtype=dtype))
+        results.append((kc, vc))
+    assert called == ["_npu_reshape_and_cache", "npu_scatter_pa_kv_cache"]
+    assert all(torch.equal(a, b) for a, b in zip(results[0], results[1], strict=True))

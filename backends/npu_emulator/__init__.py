@@ -8,7 +8,11 @@ family; this package re-exports their ops under the ``torch_npu`` names.
 
 from backends.npu_emulator.activations import npu_fast_gelu, npu_geglu, npu_gelu, npu_swiglu
 from backends.npu_emulator.attention import npu_fused_infer_attention_score
-from backends.npu_emulator.kv_cache import npu_scatter_nd_update_, npu_scatter_pa_kv_cache
+from backends.npu_emulator.kv_cache import (
+    _npu_reshape_and_cache,
+    npu_scatter_nd_update_,
+    npu_scatter_pa_kv_cache,
+)
 
 __all__ = ["npu_geglu", "npu_swiglu", "npu_gelu", "npu_fast_gelu", "npu_fused_infer_attention_score"]
-__all__ += ["npu_scatter_pa_kv_cache", "npu_scatter_nd_update_"]
+__all__ += ["npu_scatter_pa_kv_cache", "npu_scatter_nd_update_", "_npu_reshape_and_cache"]

@@ -1,5 +1,5 @@
 """Emulated KV-cache write ops of torch_npu (spec/ascend.md, CANN-KV-WRITE): ``npu_scatter_pa_kv_cache``
-(Norm and PA_NZ caches) and ``npu_scatter_nd_update_``.
+(Norm and PA_NZ caches), ``_npu_reshape_and_cache`` (ATB ReshapeAndCache, ND) and ``npu_scatter_nd_update_``.
 
 Each follows its documented restrictions, which the adapter has to meet: contiguous inputs, one
 dtype for key, value and both caches, slots in ``[0, num_blocks * block_size - 1]`` and unique (no
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["npu_scatter_nd_update_", "npu_scatter_pa_kv_cache"]
+__all__ = ["_npu_reshape_and_cache", "npu_scatter_nd_update_", "npu_scatter_pa_kv_cache"]
 
 # The documented key dtypes of npu_scatter_pa_kv_cache (torch's names; hifloat8 has none).
 SCATTER_DTYPES = (
@@ -119,3 +119,23 @@ def npu_scatter_nd_update_(input, indices, updates):
         )
     input[tuple(index.T)] = updates.reshape(index.shape[0], *input.shape[depth:]).to(input.dtype)
     return input
+
+
+# ATB ReshapeAndCache's dtypes: one for key, value and both caches (spec/ascend.md, CANN-KV-WRITE).
+RESHAPE_AND_CACHE_DTYPES = (torch.float16, torch.bfloat16, torch.int8)
+
+
+def _npu_reshape_and_cache(key, value, key_cache, value_cache, slot_indices):
+    """In place (ATB ReshapeAndCache, ND): token t into slot ``slot_indices[t]`` of both caches
+    [num_blocks, block_size, N, D]; int32 slots, one dtype of float16 / bfloat16 / int8 for all four
+    tensors. Negative slots are rejected (their handling is not documented: emulator choice)."""
+    for name, t in {"key": key, "value": value, "key_cache": key_cache, "value_cache": value_cache}.items():
+        if not isinstance(t, torch.Tensor) or t.dtype not in RESHAPE_AND_CACHE_DTYPES or t.dtype != key.dtype:
+            raise TypeError(f"{name} must share key's dtype, one of {RESHAPE_AND_CACHE_DTYPES}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (ND format)")
+    if not isinstance(slot_indices, torch.Tensor) or slot_indices.dtype != torch.int32:
+        raise TypeError(
+            f"slot_indices must be an int32 tensor, got {getattr(slot_indices, 'dtype', slot_indices)!r}"
+        )
+    npu_scatter_pa_kv_cache(key, value, key_cache, value_cache, slot_indices.contiguous(), cache_mode="Norm")
