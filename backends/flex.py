@@ -39,6 +39,7 @@ import torch
 from backends import NotImplementedOp
 from backends._toolchain import compile_unavailable
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args
+from reference.kv_cache import dequantized_caches
 from reference.masks import require_window, validate_encoder_mask_args
 from reference.serving import ServingBatch, validate_paged_args
 
@@ -310,9 +311,11 @@ class FlexBackend:
     # --- serving attention (spec/serving.md) ------------------------------------------------------
     def paged_attention(
         self, q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks,
-        scale,
+        scale, k_scale=None, v_scale=None,
     ):  # fmt: skip
-        """SERVE: one packed flex_attention call over the gathered keys of every sequence."""
+        """SERVE: one packed flex_attention call over the gathered keys of every sequence (fp8 caches
+        dequantized into q's dtype first: spec/kv_cache.md, KV-FP8-READ)."""
+        k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, getattr(q, "dtype", None))
         meta = validate_paged_args(
             q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
             sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from backends import native_moe, paged
+from backends import kv_cache, native_moe, paged
 from backends import rope as _rope
 from reference import activations as _act
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
@@ -254,6 +254,10 @@ class NativeBackend:
     rotary_embedding = staticmethod(_rope.rotary_embedding)
     mrope = staticmethod(_rope.mrope)
     rope_kernel_args = staticmethod(_rope.rope_kernel_args)
+
+    # --- KV-cache write (spec/kv_cache.md): backends/kv_cache.py ----------------------------------
+
+    write_kv_cache = staticmethod(kv_cache.write_kv_cache)
 
 
 BACKEND = NativeBackend()

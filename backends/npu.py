@@ -16,9 +16,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from backends import NotImplementedOp, native
+from backends import NotImplementedOp, native, npu_kv_cache
 from reference.activations import APPROXIMATE_MODES, GELU_VARIANTS, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
+from reference.kv_cache import dequantized_caches
 from reference.masks import CANN_MAX_TOKENS, require_window
 from reference.rope import mrope_rows, require_bool, validate_rope_args
 from reference.serving import validate_paged_args
@@ -222,10 +223,12 @@ class AscendBackend:
 
     def paged_attention(
         self, q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks,
-        scale,
+        scale, k_scale=None, v_scale=None,
     ):  # fmt: skip
         """SERVE: one FIA call in TND over the paged cache; the kernel (prompt or incremental) is
-        chosen per call, so the window is a band (sparse_mode 4) or an explicit decode mask."""
+        chosen per call, so the window is a band (sparse_mode 4) or an explicit decode mask. fp8
+        caches are dequantized into q's dtype by the adapter first (spec/kv_cache.md, KV-FP8-READ)."""
+        k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, getattr(q, "dtype", None))
         meta = validate_paged_args(
             q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
             sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
@@ -345,6 +348,10 @@ def _require_fia_paged_features(meta, k_cache, v_cache, sinks) -> None:
         raise NotImplementedError(
             f"Dv={v_cache.shape[3]} != Dqk={k_cache.shape[3]}: FIA requires key and value of identical shapes"
         )
+
+
+# --- KV-cache write (spec/kv_cache.md; spec/ascend.md, CANN-KV-WRITE): backends/npu_kv_cache.py ---
+AscendBackend.write_kv_cache = npu_kv_cache.write_kv_cache
 
 
 BACKEND = AscendBackend("npu", import_torch_npu, _real_ops_unavailable)

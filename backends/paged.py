@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from reference.kv_cache import dequantized_caches
 from reference.masks import require_window
 from reference.serving import ServingBatch, validate_paged_args
 from reference.serving_windows import use_sliding_window, validate_layer_config, window_kernel_args
@@ -74,9 +75,12 @@ def _attend(q, k, v, allowed, *, scale, softcap, sinks):
 
 
 def paged_attention(
-    q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks, scale
-):
-    """SERVE: per sequence, gather its visible keys, then SDPA (or the softcap/sinks form)."""
+    q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks, scale,
+    k_scale=None, v_scale=None,
+):  # fmt: skip
+    """SERVE: per sequence, gather its visible keys, then SDPA (or the softcap/sinks form). fp8 caches
+    are dequantized into q's dtype first (spec/kv_cache.md, KV-FP8-READ)."""
+    k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, getattr(q, "dtype", None))
     meta = validate_paged_args(
         q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
         sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,

@@ -227,8 +227,11 @@ class ServingOps(Protocol):
         softcap: float | None,
         sinks: torch.Tensor | None,
         scale: float,
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """q [T, Hq, Dqk], caches [num_blocks, block_size, Hkv, D*]; returns [T, Hq, Dv]."""
+        """q [T, Hq, Dqk], caches [num_blocks, block_size, Hkv, D*]; returns [T, Hq, Dv]. fp8 caches
+        come with their dequantization scales (spec/kv_cache.md, KV-FP8-READ)."""
         ...
 
     def layer_windows(self, config: Any) -> list[int | None]:
@@ -347,3 +350,28 @@ class RopeOps(Protocol):
 __all__ += ["RopeOps"]
 FAMILIES["rope"] = RopeOps
 OPS.update({op: "rope" for op in protocol_ops(RopeOps)})
+# --- KV-cache write (spec/kv_cache.md), in its own block ------------------------------------------
+
+
+class KVCacheOps(Protocol):
+    """The paged cache's write side (KV-*; ``reference.kv_cache``): in place, returns None."""
+
+    def write_kv_cache(
+        self,
+        key: torch.Tensor,
+        value: torch.Tensor | None,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor | None,
+        slot_mapping: torch.Tensor,
+        *,
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
+    ) -> None:
+        """key [T, H, Dk], value [T, H, Dv] or None, caches [num_blocks, bs, H, D*] (any strides),
+        slot_mapping [T] int32/int64 (negative: padding); fp8 caches take float32 scales."""
+        ...
+
+
+__all__ += ["KVCacheOps"]
+FAMILIES["kv_cache"] = KVCacheOps
+OPS.update({op: "kv_cache" for op in protocol_ops(KVCacheOps)})

@@ -18,6 +18,7 @@ FAMILIES: dict[str, str] = {
     "serving": "reference.serving",
     "norms": "reference.norms",
     "rope": "reference.rope",
+    "kv_cache": "reference.kv_cache",
 }
 FAMILIES["moe"] = "reference.moe"
 

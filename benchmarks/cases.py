@@ -34,6 +34,7 @@ import math
 import torch
 
 from benchmarks.case_types import FAMILIES, GIB, SHAPE_SETS, Case, Target
+from benchmarks.kv_cache_cases import KV_CACHE_CASES
 from benchmarks.moe_cases import MOE_CASES
 from benchmarks.norm_cases import NORM_CASES
 from benchmarks.rope_cases import ROPE_CASES
@@ -309,6 +310,7 @@ CASES: tuple[Case, ...] = (
     + SERVING_CASES
     + MOE_CASES
     + ROPE_CASES
+    + KV_CACHE_CASES
 )
 
 

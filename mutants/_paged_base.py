@@ -8,6 +8,7 @@ import torch
 
 from backends import paged
 from backends.native import NativeBackend
+from reference.kv_cache import dequantized_caches
 from reference.serving import ServingBatch, validate_paged_args
 
 
@@ -27,7 +28,10 @@ class PagedNative(NativeBackend):
         softcap,
         sinks,
         scale,
+        k_scale=None,
+        v_scale=None,
     ):
+        k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, getattr(q, "dtype", None))
         meta = validate_paged_args(
             q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
             sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from reference.attention import masked_values_product, require_scale
+from reference.kv_cache import dequantized_caches
 from reference.masks import require_window
 from reference.serving_windows import layer_windows, window_kernel_args, window_keys
 from reference.validation import (
@@ -253,13 +254,20 @@ def paged_attention(
     softcap: float | None,
     sinks: torch.Tensor | None,
     scale: float,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """SERVE: out [T, Hq, Dv] in float64 on q's device (and SERVE-PAGED ... SERVE-ERRORS).
 
     q [T, Hq, Dqk] (packed THD), k_cache [num_blocks, block_size, Hkv, Dqk], v_cache [..., Dv]
     (one dtype with q); block_table [B, max_blocks], cu_seqlens_q [B + 1], seq_lens [B] integer
     tensors (the queries are each sequence's LAST positions); sinks None or [Hq]; ``scale`` explicit.
+    fp8 caches (spec/kv_cache.md, KV-FP8-READ) are read as value * k_scale / v_scale, exactly.
     """
+    plain = (k_cache, v_cache)
+    k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, torch.float64)
+    if k_cache is not plain[0] and isinstance(q, torch.Tensor) and q.is_floating_point():
+        q = q.double()  # KV-FP8-READ: the oracle computes in float64 from q's exact values anyway
     meta = validate_paged_args(
         q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
         sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,

@@ -29,6 +29,12 @@ from backends.protocols import OPS
 # (WINDOW-CONV parametrizes its sliding_window over None and five windows for whoever has it).
 HOLDOUTS: dict[tuple[str, str, str], str] = {
     ("flash_attention_window", "*", "called"): "no built-in backend implements it: nothing to record",
+    # --- KV-cache write (spec/kv_cache.md) ---
+    **{
+        (op, scale, "dtype"): "fp8 scales are float32 by contract (KV-FP8; another dtype is KV-ERRORS)"
+        for op in ("write_kv_cache", "paged_attention")
+        for scale in ("k_scale", "v_scale")
+    },
 }
 # The second rule: a config-reading op's properties pass configs that leave out each optional field
 # (a wrapper's own default is where it goes wrong). (op, argument) -> (the clause naming the field's

@@ -179,13 +179,16 @@ def test_serving_cases_are_valid_paged_calls():
     """The serving cases' quick inputs pass SERVE-ERRORS' validation and the native backend agrees
     with the oracle on them (float64), so a full run times the call the docstring describes."""
     from backends.paged import paged_attention as native
+    from reference.kv_cache import dequantized_caches
     from reference.serving import paged_attention, validate_paged_args
 
     serving = [c for c in bench_cases.cases("quick") if c.family == "serving"]
     assert {c.op for c in serving} == {"paged_attention"} and len(serving) >= 3
     for case in serving:
         args, kwargs = case.make_inputs(case.params, torch.device("cpu"), torch.float64)
-        meta = validate_paged_args(*args, **kwargs)
+        plain = {k: v for k, v in kwargs.items() if k not in ("k_scale", "v_scale")}  # the fp8 read case
+        caches = dequantized_caches(*args[1:], kwargs.get("k_scale"), kwargs.get("v_scale"), args[0].dtype)
+        meta = validate_paged_args(args[0], *caches, **plain)
         assert meta.block_size == case.params["block_size"]
         torch.testing.assert_close(native(*args, **kwargs), paged_attention(*args, **kwargs))
 

@@ -8,9 +8,15 @@ family; this package re-exports their ops under the ``torch_npu`` names.
 
 from backends.npu_emulator.activations import npu_fast_gelu, npu_geglu, npu_gelu, npu_swiglu
 from backends.npu_emulator.attention import npu_fused_infer_attention_score
+from backends.npu_emulator.kv_cache import (
+    _npu_reshape_and_cache,
+    npu_scatter_nd_update_,
+    npu_scatter_pa_kv_cache,
+)
 from backends.npu_emulator.moe import npu_moe_gating_top_k, npu_moe_gating_top_k_softmax
 from backends.npu_emulator.rope import npu_apply_rotary_pos_emb, npu_mrope, npu_rotary_mul
 
 __all__ = ["npu_geglu", "npu_swiglu", "npu_gelu", "npu_fast_gelu", "npu_fused_infer_attention_score"]
 __all__ += ["npu_moe_gating_top_k", "npu_moe_gating_top_k_softmax"]
 __all__ += ["npu_rotary_mul", "npu_mrope", "npu_apply_rotary_pos_emb"]
+__all__ += ["npu_scatter_pa_kv_cache", "npu_scatter_nd_update_", "_npu_reshape_and_cache"]
