@@ -20,6 +20,10 @@ What must match (what a caller following the protocol may do, the backend must a
 - a parameter with a default in the protocol has one in the backend (callers may omit it);
 - every other backend parameter has a default (nobody passes it).
 
+``OPTIONAL_KEYWORDS`` are the exception: protocol keywords that switch on a capability a correct
+kernel may lack (fp8 caches), passed only by the cases that need it. A backend without them
+matches, and those cases skip as not implemented (``missing_keywords``).
+
 A backend may accept more (a keyword-only option passed positionally, a default the protocol
 lacks, extra options with defaults). An op whose signature cannot be read (a builtin, a C
 extension) is not checked; a protocol parameter ``**config`` (``dpm_scheduler``) leaves the
@@ -43,6 +47,7 @@ __all__ = [
     "check_loaded",
     "fail_mismatched",
     "mismatches",
+    "missing_keywords",
     "protocol_signature",
     "start_folder_on_path",
 ]
@@ -50,6 +55,8 @@ __all__ = [
 # backend name -> {op: its one line}: what check_loaded found for the run's backends.
 MISMATCHES = pytest.StashKey[dict]()
 
+# op -> keywords a backend may lack: only the cases of that capability pass them (KV-FP8-READ).
+OPTIONAL_KEYWORDS = {"paged_attention": ("k_scale", "v_scale")}
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _BY_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -90,8 +97,9 @@ def protocol_signature(op: str) -> tuple[str, inspect.Signature]:
     return f"{protocol.__name__}.{op}", _plain(signature.replace(parameters=params))
 
 
-def _problems(wanted: inspect.Signature, got: inspect.Signature) -> list[str]:
-    """What a call allowed by ``wanted`` cannot do with ``got``, as short clauses."""
+def _problems(wanted: inspect.Signature, got: inspect.Signature, optional=()) -> list[str]:
+    """What a call allowed by ``wanted`` cannot do with ``got``, as short clauses (a missing keyword
+    of ``optional`` is none)."""
     want, have = list(wanted.parameters.values()), list(got.parameters.values())
     kinds = {p.kind for p in have}
     var_args, var_kwargs = inspect.Parameter.VAR_POSITIONAL in kinds, inspect.Parameter.VAR_KEYWORD in kinds
@@ -112,7 +120,7 @@ def _problems(wanted: inspect.Signature, got: inspect.Signature) -> list[str]:
     for param in (p for p in want if p.kind == inspect.Parameter.KEYWORD_ONLY):
         mine = by_name.get(param.name)
         if mine is None:
-            if not var_kwargs:
+            if not var_kwargs and param.name not in optional:
                 problems.append(f"no parameter {param.name!r}")
             continue
         used.add(mine.name)
@@ -142,11 +150,24 @@ def op_mismatch(backend, op: str) -> str | None:
     except (TypeError, ValueError):  # a builtin or C function without a readable signature
         return None
     where, wanted = protocol_signature(op)
-    problems = _problems(wanted, got)
+    problems = _problems(wanted, got, OPTIONAL_KEYWORDS.get(op, ()))
     if not problems:
         return None
     name = getattr(backend, "name", type(backend).__name__)
     return f"backend {name!r}: {op}{got} does not match {where}{wanted}: {'; '.join(problems)}"
+
+
+def missing_keywords(backend, op: str) -> list[str]:
+    """The keywords of ``OPTIONAL_KEYWORDS[op]`` that ``backend``'s ``op`` cannot take (none when
+    its signature cannot be read or it takes ``**kwargs``)."""
+    try:
+        params = inspect.signature(getattr(backend, op)).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params):
+        return []
+    names = {p.name for p in params if p.kind in _BY_KEYWORD}
+    return [name for name in OPTIONAL_KEYWORDS.get(op, ()) if name not in names]
 
 
 def mismatches(backend) -> dict[str, str]:

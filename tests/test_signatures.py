@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import backends
+from backends.native import NativeBackend
 from conformance import signatures
 from mutants.norms import EpsilonKeyword
 
@@ -91,6 +92,36 @@ class Wider:
 
     swiglu_step_and_mul = backends.NotImplementedOp("not here")
     situ_and_mul = max  # a builtin without a readable signature: not checked
+
+
+def test_a_paged_attention_without_fp8_scales_matches_and_skips_its_fp8_cases():
+    """k_scale / v_scale are optional capabilities (KV-FP8-READ): a bf16-only paged_attention of
+    before them matches its protocol, and the fp8 read skips as not implemented; a missing
+    required keyword (scale) is still a mismatch."""
+    from conformance import test_kv_cache
+
+    class NoFp8(NativeBackend):
+        name = "no-fp8"
+
+        def paged_attention(self, q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens,
+                            sliding_window, softcap, sinks, scale):  # fmt: skip
+            meta = dict(block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens)
+            return super().paged_attention(q, k_cache, v_cache, **meta, sliding_window=sliding_window,
+                                           softcap=softcap, sinks=sinks, scale=scale)  # fmt: skip
+
+    class NoScale(NativeBackend):
+        name = "no-scale"
+
+        def paged_attention(self, q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens,
+                            sliding_window, softcap, sinks):  # fmt: skip
+            raise AssertionError("not called")
+
+    assert signatures.op_mismatch(NoFp8(), "paged_attention") is None
+    assert signatures.missing_keywords(NoFp8(), "paged_attention") == ["k_scale", "v_scale"]
+    assert signatures.missing_keywords(NativeBackend(), "paged_attention") == []
+    assert "no parameter 'scale'" in signatures.op_mismatch(NoScale(), "paged_attention")
+    with pytest.raises(pytest.skip.Exception, match=r"^not implemented: backend 'no-fp8'.*k_scale, v_scale"):
+        test_kv_cache._skip_without_fp8(NoFp8())
 
 
 def test_wider_signatures_are_accepted():
