@@ -31,6 +31,13 @@ BACKEND = Hanging()
 """
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """In the run's process before exec: SIGINT's default action. A test session started in the
+    background of a non-interactive shell (``cmd &``) passes SIGINT on as ignored, and a Python
+    started with it ignored never raises KeyboardInterrupt: the run would hang there."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_writes_the_partial_report_marked_incomplete(tmp_path):
     """SIGINT to the run's process group (what Ctrl-C in a terminal does) while a case hangs: the
     cases that finished are in report.json with pytest's "interrupted" status, the text report
@@ -44,6 +51,7 @@ def test_ctrl_c_writes_the_partial_report_marked_incomplete(tmp_path):
                "--device", "cpu", "--out", str(tmp_path / "out"), "--",
                "-k", "geglu_matches_oracle or rms_norm_matches_oracle"]  # fmt: skip
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True, text=True,
+                            preexec_fn=_sigint_as_in_a_terminal,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 120
     while not (tmp_path / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
