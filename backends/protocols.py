@@ -231,7 +231,7 @@ class ServingOps(Protocol):
         v_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """q [T, Hq, Dqk], caches [num_blocks, block_size, Hkv, D*]; returns [T, Hq, Dv]. fp8 caches
-        come with their dequantization scales (spec/kv_cache.md, KV-FP8-READ)."""
+        come with their dequantization scales (KV-FP8-READ)."""
         ...
 
     def layer_windows(self, config: Any) -> list[int | None]:

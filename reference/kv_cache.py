@@ -1,4 +1,4 @@
-"""Oracle for the KV-cache write (spec/kv_cache.md, KV-WRITE and the clauses after it): a bit-exact
+"""Oracle for the KV-cache write (KV-WRITE and the clauses after it): a bit-exact
 scatter, and the fp8 quantize / dequantize rules (KV-FP8, KV-FP8-SATURATE, KV-FP8-READ).
 
 No float64 here: the write stores the key's own bits (a cache of key's dtype) or the fp8 value of

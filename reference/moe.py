@@ -1,4 +1,4 @@
-"""Oracles for the MoE contracts (clauses MOE-*, spec/moe.md): routing and the expert computation.
+"""Oracles for the MoE contracts (clauses MOE-*): routing and the expert computation.
 
 ``select_experts`` computes every score in float64 from the logits the backend received and
 returns float64 weights with int64 ids; ``routing_weights`` gives the weights of ANY selection
@@ -251,7 +251,7 @@ def validate_fused_args(x, w13, w2, topk_weights, topk_ids, activation, limit, a
 
 def expert_activation(h: torch.Tensor, activation: str, limit: float | None) -> torch.Tensor:
     """MOE-FUSED, MOE-CLAMP: the gated activation of ``h = x @ w13[e].T`` (float64 oracles of
-    spec/activations.md: ACT-SWIGLU-STEP with the layer's limit, ACT-SWIGLU-OAI interleaved)."""
+    ACT-SWIGLU-STEP with the layer's limit, ACT-SWIGLU-OAI interleaved)."""
     if activation == "silu":
         return swiglu_step_and_mul(h, limit=limit)
     return swiglu_oai_and_mul(h, alpha=OAI_ALPHA, limit=limit, interleaved=True)

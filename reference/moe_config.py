@@ -1,4 +1,4 @@
-"""MOE-CONFIG: the routing a transformers config asks for (spec/moe.md, MOE-CONFIG).
+"""MOE-CONFIG: the routing a transformers config asks for (MOE-CONFIG).
 
 ``moe_router_config(config)`` takes a transformers config object or a plain dict with its
 ``model_type`` and returns select_experts' keywords (without the bias tensor), whether the

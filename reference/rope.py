@@ -1,4 +1,4 @@
-"""Oracles for the rotary position embedding contracts (ROPE-* clauses of spec/rope.md).
+"""Oracles for the rotary position embedding contracts (the ROPE-* clauses).
 
 All tensor oracles compute in float64 from the exact values given and return float64 on the input's
 device: ``rope_cos_sin`` (the cos/sin rows of positions), ``rotary_embedding`` (NeoX or GPT-J

@@ -1,4 +1,4 @@
-"""The rope oracles that read a model config (spec/rope.md, ROPE-PARAMS, ROPE-FREQ and its refinements,
+"""The rope oracles that read a model config (ROPE-PARAMS, ROPE-FREQ and its refinements,
 ROPE-LAYER, ROPE-SOFTMAX-SCALE): ``rope_parameters`` (the standardized parameter dict, missing keys
 taking transformers' defaults), ``rope_inv_freq`` (the inverse frequencies and attention factor per
 rope type, float64) and ``rope_softmax_scale``. Config parsing and float64 arithmetic only;

@@ -262,7 +262,7 @@ def paged_attention(
     q [T, Hq, Dqk] (packed THD), k_cache [num_blocks, block_size, Hkv, Dqk], v_cache [..., Dv]
     (one dtype with q); block_table [B, max_blocks], cu_seqlens_q [B + 1], seq_lens [B] integer
     tensors (the queries are each sequence's LAST positions); sinks None or [Hq]; ``scale`` explicit.
-    fp8 caches (spec/kv_cache.md, KV-FP8-READ) are read as value * k_scale / v_scale, exactly.
+    fp8 caches (KV-FP8-READ) are read as value * k_scale / v_scale, exactly.
     """
     plain = (k_cache, v_cache)
     k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, torch.float64)

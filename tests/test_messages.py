@@ -140,7 +140,20 @@ def test_public_docstrings_name_clauses_not_paths_and_say_layouts():
     public = [
         getattr(protocols, name) for name in protocols.__all__ if inspect.isclass(getattr(protocols, name))
     ]
-    for module in ("activations", "attention", "masks", "norms", "scheduler", "serving", "serving_windows"):
+    for module in (
+        "activations",
+        "attention",
+        "masks",
+        "norms",
+        "scheduler",
+        "serving",
+        "serving_windows",
+        "kv_cache",
+        "rope",
+        "rope_config",
+        "moe",
+        "moe_config",
+    ):
         mod = importlib.import_module(f"reference.{module}")
         public += [mod, *(getattr(mod, name) for name in getattr(mod, "__all__", ()))]
     cited = {getattr(obj, "__qualname__", getattr(obj, "__name__", "")): obj.__doc__ or "" for obj in public}
