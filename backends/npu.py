@@ -361,3 +361,8 @@ EMULATED = AscendBackend("npu-emulated", load_emulator, emulator_unavailable)
 from backends import npu_moe  # noqa: E402 - after the class it extends
 
 npu_moe.install(AscendBackend)
+
+# --- norms (spec/norms.md; spec/ascend.md, CANN-RMS-NORM), in its own module ------------------
+from backends import npu_norms  # noqa: E402 - after the class it extends
+
+npu_norms.install(AscendBackend)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from backends.native import NativeBackend
+from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from reference.norms import validate_norm_args
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
@@ -209,6 +210,28 @@ class EpsilonKeyword(NativeBackend):
         return super().rms_norm(x, weight, eps=epsilon)
 
 
+class NpuGemmaPlusOneInWeightDtype(AscendBackend):
+    """The Ascend adapter's Gemma norm forms ``1 + weight`` in the weight's dtype (bfloat16) before
+    npu_rms_norm: a float32 model with bfloat16 norm weights loses the weight's low bits (2^-9
+    relative), where NORM-GEMMA forms 1 + weight in float32.
+
+    Origin: a framework's NPU norm path that hands npu_rms_norm ``1 + w`` as computed in the
+    weight's dtype (spec/ascend.md, CANN-RMS-NORM).
+    Caught by: NORM-MIXED, NORM-GEMMA.
+    """
+
+    name = "npu-gemma-plus-one-in-weight-dtype"
+    clauses = {"NORM-MIXED", "NORM-GEMMA"}
+
+    def __init__(self):
+        super().__init__(self.name, load_emulator, emulator_unavailable)
+
+    def gemma_rms_norm(self, x, weight, *, eps):
+        eps = validate_norm_args(x, weight, eps)
+        gamma = (1.0 + weight).to(x.dtype).contiguous()  # the sum rounded in weight's dtype first
+        return self.ops.npu_rms_norm(x.contiguous(), gamma, eps)[0]
+
+
 BACKENDS = [
     GemmaWeightNotPlusOne(),
     RmsNormBf16Compute(),
@@ -221,4 +244,5 @@ BACKENDS = [
     GemmaCastBeforeWeight(),
     ResidualRoundedToInputDtype(),
     EpsilonKeyword(),
+    NpuGemmaPlusOneInWeightDtype(),
 ]
