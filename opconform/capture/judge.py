@@ -73,7 +73,9 @@ def judge_entry(folder, entry: Entry, source: str, backend=None, device: str = "
         if backend is not None:
             on_device = {name: t.to(device) for name, t in inputs.items()}
             args = [on_device[n] for n in row.tensors if n not in KEYWORD_TENSORS]
-            keywords = {n: on_device.get(n) for n in row.tensors if n in KEYWORD_TENSORS}
+            keywords = {
+                n: on_device.get(n) for n in row.tensors if n in KEYWORD_TENSORS and n not in entry.options
+            }
             result = getattr(backend, entry.op)(*args, **entry.options, **keywords)
             outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         compare(

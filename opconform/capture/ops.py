@@ -42,9 +42,8 @@ class ReplayOp:
     def expected(self, inputs: dict, options: dict) -> list[torch.Tensor]:
         """The oracle's outputs (float64) on the inputs as recorded (host copies)."""
         args = [inputs[name].cpu() for name in self.tensors if name not in KEYWORD_TENSORS]
-        keywords = {
-            n: (inputs[n].cpu() if n in inputs else None) for n in self.tensors if n in KEYWORD_TENSORS
-        }
+        keywords = {n: inputs[n].cpu() if n in inputs else None for n in self.tensors if n in KEYWORD_TENSORS}
+        keywords = {n: t for n, t in keywords.items() if n not in options}  # a None recorded as an option
         out = self.oracle_function()(*args, **options, **keywords)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 

@@ -136,17 +136,23 @@ class Capture:
         self._handles.append(module.register_forward_hook(post, with_kwargs=True))
         return module
 
-    def wrap(self, function, op: str, mapping, *, name: str, output=None):
-        """``function`` wrapped so that each call is recorded as a call of ``op`` named ``name``."""
+    def wrap(self, function, op: str, mapping, *, name, output=None):
+        """``function`` wrapped so that each call is recorded as a call of ``op`` named ``name``
+        (a str, or a callable of the call's arguments giving it: one attention function serving
+        every layer names each call by its layer)."""
         _op_name(op)
+        _require(
+            callable(name) or (isinstance(name, str) and bool(name)), f"name: expected a str, got {name!r}"
+        )
         _require(callable(function), f"function: expected a callable, got {function!r}")
         _require(callable(mapping), f"mapping: expected a callable, got {mapping!r}")
 
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
-            started = self._begin(op, name, mapping(*args, **kwargs))
+            layer = name(*args, **kwargs) if callable(name) else name
+            started = self._begin(op, layer, mapping(*args, **kwargs))
             result = function(*args, **kwargs)
-            self._finish(op, name, started, output(result) if output else result)
+            self._finish(op, layer, started, output(result) if output else result)
             return result
 
         return wrapper
