@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     # capture / replay / export (docs/capture.md)
     "replay": ("opconform.commands.replay", "judge the calls of a capture folder against the oracles"),
+    "export": ("opconform.commands.export", "write golden cases (safetensors or Ascend-style .bin) of an op"),
+    "judge": ("opconform.commands.judge", "judge the outputs a foreign harness wrote for exported cases"),
 }
 
 EXIT_USAGE = 2  # a bad argument, named in one line
