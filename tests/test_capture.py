@@ -100,7 +100,7 @@ def test_bounds_calls_per_op_sampling_and_byte_budget(tmp_path):
     _capture(tmp_path / "half", calls=20, sample_rate=0.5)
     assert 5 <= len(read_index(tmp_path / "half")[1]) <= 35
     budget = 2000  # one norm call is 16*6*4*2 + 16*4 bytes = 832; a gelu call 6*32*4*2 = 1536
-    _capture(tmp_path / "budget", calls=5, byte_budget=budget)
+    _capture(tmp_path / "budget", calls=5, byte_budget=budget, shard_bytes=1)
     index, entries = read_index(tmp_path / "budget")
     stored = sum(e.nbytes for e in entries)
     assert 0 < stored <= budget and index["bytes"] == stored and index["dropped"]["byte_budget"] > 0
@@ -110,7 +110,7 @@ def test_bounds_calls_per_op_sampling_and_byte_budget(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, word",
     [({"max_calls_per_op": -1}, "max_calls_per_op"), ({"sample_rate": 2}, "sample_rate"),
-     ({"byte_budget": 1.5}, "byte_budget"), ({"source": ""}, "source")],
+     ({"byte_budget": 1.5}, "byte_budget"), ({"source": ""}, "source"), ({"shard_bytes": 0}, "shard_bytes")],
 )  # fmt: skip
 def test_bad_capture_arguments_name_the_argument(tmp_path, kwargs, word):
     with pytest.raises(ValueError, match=word):
@@ -145,7 +145,7 @@ def _main(argv):
 
 
 def test_bad_folders_and_files_are_one_line_and_lose_no_other_call(tmp_path, capsys):
-    _capture(tmp_path, calls=3)
+    _capture(tmp_path, calls=3, shard_bytes=1)  # one file per call
     index_path = tmp_path / "index.json"
     index = json.loads(index_path.read_text())
     files = [c["file"] for c in index["calls"]]

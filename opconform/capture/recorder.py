@@ -6,18 +6,21 @@ module, ``mapping(*args, **kwargs) -> dict`` for a function, giving every argume
 its oracle's name (tensors and options). Inputs are copied to the host *before* the call (an
 in-place kernel would change them), the output after it; nothing the model computes changes.
 Bounded by ``max_calls_per_op``, ``sample_rate`` (seeded) and ``byte_budget``: a call that does
-not fit is counted as dropped, and nothing is written past the budget.
+not fit is counted as dropped, and nothing is written past the budget. Recorded calls are
+gathered into shards of about ``shard_bytes`` and written by one background thread, so the
+model waits only for the host copies (``shard_bytes=1``: one file per call).
 """
 
 from __future__ import annotations
 
 import functools
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
-from opconform.capture.store import Entry, host_view, write_call, write_index
+from opconform.capture.store import Entry, host_view, write_index, write_shard
 
 
 def _require(condition: bool, message: str) -> None:
@@ -45,6 +48,7 @@ class Capture:
         byte_budget: int = 1 << 30,
         seed: int = 0,
         source: str = "captured",
+        shard_bytes: int = 64 << 20,
     ):
         _require(
             isinstance(max_calls_per_op, int) and max_calls_per_op >= 0,
@@ -61,6 +65,10 @@ class Capture:
         _require(
             isinstance(source, str) and bool(source), f"source: expected a non-empty str, got {source!r}"
         )
+        _require(
+            isinstance(shard_bytes, int) and shard_bytes >= 1,
+            f"shard_bytes: expected an int >= 1, got {shard_bytes!r}",
+        )
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.max_calls_per_op, self.sample_rate, self.byte_budget = max_calls_per_op, sample_rate, byte_budget
@@ -73,6 +81,11 @@ class Capture:
         self._calls: dict[str, int] = {}
         self._handles: list = []
         self._pending: dict[int, tuple] = {}
+        self.shard_bytes = shard_bytes
+        self._shard: dict[str, torch.Tensor] = {}
+        self._shard_size = 0
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opconform-capture")
+        self._writes: list = []
 
     # -- recording -----------------------------------------------------------------------------
     def _begin(self, op: str, layer: str, arguments: dict):
@@ -109,13 +122,29 @@ class Capture:
         if self.bytes_written + nbytes > self.byte_budget:
             self.dropped["byte_budget"] += 1
             return
+        number = len(self.entries)
+        prefix = f"c{number:06d}."
+        for meta in (*inputs.values(), *outputs):
+            meta["key"] = prefix + meta["key"]
         entry = Entry(
-            f"call_{len(self.entries):06d}.safetensors", op, layer, call, options, inputs, outputs, nbytes
+            f"shard_{self._shard_number():06d}.safetensors", op, layer, call, options, inputs, outputs, nbytes
         )
-        write_call(self.out, entry, tensors)
+        self._shard.update({prefix + key: t for key, t in tensors.items()})
+        self._shard_size += nbytes
         self.entries.append(entry)
         self.bytes_written += nbytes
         self._per_op[op] = self._per_op.get(op, 0) + 1
+        if self._shard_size >= self.shard_bytes:
+            self._flush()
+
+    def _shard_number(self) -> int:
+        return len(self._writes)
+
+    def _flush(self) -> None:
+        if self._shard:
+            path = self.out / f"shard_{self._shard_number():06d}.safetensors"
+            self._writes.append(self._writer.submit(write_shard, path, self._shard))
+            self._shard, self._shard_size = {}, 0
 
     # -- attaching -----------------------------------------------------------------------------
     def attach(self, module: torch.nn.Module, op: str, mapping, *, name: str | None = None, output=None):
@@ -163,6 +192,10 @@ class Capture:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        self._flush()
+        self._writer.shutdown(wait=True)
+        for write in self._writes:
+            write.result()  # a write that failed (a full disk) raises here
         stats = {"source": self.source, "bytes": self.bytes_written, "dropped": dict(self.dropped)}
         stats["limits"] = {
             "max_calls_per_op": self.max_calls_per_op,

@@ -88,10 +88,10 @@ class Entry:
         return dict(self.__dict__)
 
 
-def write_call(folder: Path, entry: Entry, tensors: dict[str, torch.Tensor]) -> None:
+def write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     from safetensors.torch import save_file
 
-    save_file(tensors, str(folder / entry.file))
+    save_file(tensors, str(path))
 
 
 def write_index(folder: Path, entries: list[Entry], stats: dict) -> Path:
@@ -139,25 +139,27 @@ def read_index(folder: str | Path) -> tuple[dict, list[Entry | CaptureError]]:
 
 def read_call(folder: str | Path, entry: Entry) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
     """The call's inputs (name -> tensor, with the recorded strides) and outputs."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError, safe_open
 
     path = Path(folder) / entry.file
     try:
-        stored = load_file(str(path))
+        with safe_open(str(path), framework="pt") as shard:
+            keys = set(shard.keys())
+
+            def view(meta, what):
+                key = meta.get("key") if isinstance(meta, dict) else None
+                if key not in keys:
+                    raise CaptureError(
+                        f"{path}: no tensor {key!r} for {what} ({entry.layer} call {entry.call})"
+                    )
+                return rebuild(shard.get_tensor(key), meta, f"{path}: {what}")
+
+            inputs = {name: view(meta, f"input {name}") for name, meta in entry.inputs.items()}
+            outputs = [view(meta, f"output {i}") for i, meta in enumerate(entry.outputs)]
     except FileNotFoundError:
-        raise CaptureError(
-            f"{path}: call file missing (index entry {entry.layer} call {entry.call})"
-        ) from None
+        raise CaptureError(f"{path}: file missing (index entry {entry.layer} call {entry.call})") from None
     except (SafetensorError, OSError, ValueError) as exc:
+        if isinstance(exc, CaptureError):
+            raise
         raise CaptureError(f"{path}: unreadable safetensors file: {' '.join(str(exc).split())}") from None
-
-    def view(meta, what):
-        key = meta.get("key") if isinstance(meta, dict) else None
-        if key not in stored:
-            raise CaptureError(f"{path}: no tensor {key!r} for {what}")
-        return rebuild(stored[key], meta, f"{path}: {what}")
-
-    inputs = {name: view(meta, f"input {name}") for name, meta in entry.inputs.items()}
-    outputs = [view(meta, f"output {i}") for i, meta in enumerate(entry.outputs)]
     return inputs, outputs
