@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from opconform.capture.store import Entry, host_view, write_index, write_shard
+from opconform.capture.store import Entry, encode_entry, host_view, write_index, write_shard
 
 
 def _require(condition: bool, message: str) -> None:
@@ -74,7 +74,7 @@ class Capture:
         self.max_calls_per_op, self.sample_rate, self.byte_budget = max_calls_per_op, sample_rate, byte_budget
         self.source = source
         self._random = random.Random(seed)
-        self.entries: list[Entry] = []
+        self.entries: list[str] = []  # JSON text of each recorded call's index entry (encode_entry)
         self.bytes_written = 0
         self.dropped = {"per_op_limit": 0, "sampling": 0, "byte_budget": 0}
         self._per_op: dict[str, int] = {}
@@ -129,9 +129,15 @@ class Capture:
         entry = Entry(
             f"shard_{self._shard_number():06d}.safetensors", op, layer, call, options, inputs, outputs, nbytes
         )
+        try:
+            encoded = encode_entry(entry)
+        except TypeError as exc:
+            raise TypeError(
+                f"mapping for {layer!r}: options must be JSON values (str, number, bool, None): {exc}"
+            ) from None
         self._shard.update({prefix + key: t for key, t in tensors.items()})
         self._shard_size += nbytes
-        self.entries.append(entry)
+        self.entries.append(encoded)
         self.bytes_written += nbytes
         self._per_op[op] = self._per_op.get(op, 0) + 1
         if self._shard_size >= self.shard_bytes:
