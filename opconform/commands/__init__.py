@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "opconform.commands.bench",
         "time every op on every backend and device against the oracle and its peers",
     ),
+    # capture / replay / export (docs/capture.md)
+    "replay": ("opconform.commands.replay", "judge the calls of a capture folder against the oracles"),
+    "export": ("opconform.commands.export", "write golden cases (safetensors or Ascend-style .bin) of an op"),
+    "judge": ("opconform.commands.judge", "judge the outputs a foreign harness wrote for exported cases"),
 }
 
 EXIT_USAGE = 2  # a bad argument, named in one line

@@ -1,0 +1,146 @@
+"""Judge recorded calls against the oracles: the results document of ``opconform replay``.
+
+Each call becomes one case of the results document ``opconform run`` writes
+(``conformance.results``), so merge, diff, the matrix and the HTML read it: its clause is the
+op's row of ``REPLAY_OPS``, its column ``SOURCE@DEVICE`` (the capture's source and the device
+the call ran on, or the rerun backend and device), its node id names the layer and the call.
+A call that cannot be read is a skipped case whose reason names the file; no other case is lost.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from conformance.checks import assert_close
+from conformance.errors import ConformanceError
+from conformance.results import Case, Document, Failure, Outcome
+from opconform.capture.ops import KEYWORD_TENSORS, REPLAY_OPS, ReplayOp
+from opconform.capture.store import CaptureError, Entry, read_call, read_index
+
+
+def compare(row: ReplayOp, inputs: dict, options: dict, outputs: list, *, context: str, device=None) -> None:
+    """Raise ConformanceError under ``row.clause`` unless every output matches the oracle."""
+    if len(outputs) != len(row.outputs):
+        raise ConformanceError(row.clause, f"{context}: {len(outputs)} output(s), expected {row.outputs}")
+    host = {name: t.cpu() for name, t in inputs.items()}
+    expected = row.expected(host, options)
+    scale = row.atol_scale(host, options)
+    keep = row.rows(host, options)
+    dtype = host[row.tensors[0]].dtype
+    for name, got, want in zip(row.outputs, outputs, expected, strict=True):
+        if keep is not None and got.shape == want.shape:
+            rows = keep[:, None, :, None]
+            got, want = torch.where(rows, got.detach().cpu(), 0), torch.where(rows, want, 0)
+        assert_close(
+            got, want, clause=row.clause, family=row.family, atol_scale=scale,
+            context=f"{context}: {name}", dtype=dtype, device=device,
+        )  # fmt: skip
+
+
+def _case(entry: Entry, column: tuple[str, str], **fields) -> Case:
+    return Case(
+        nodeid=f"replay::{entry.layer}::call{entry.call}::{entry.op}",
+        backend=column[0],
+        device=column[1],
+        op=entry.op,
+        **fields,
+    )
+
+
+def judge_entry(folder, entry: Entry, source: str, backend=None, device: str = "cpu") -> Case:
+    """The case of one recorded call: the recorded output judged, or ``backend`` rerun on its inputs."""
+    row = REPLAY_OPS.get(entry.op)
+    recorded_device = (entry.outputs[0].get("device") if entry.outputs else None) or "cpu"
+    column = (backend.name, device) if backend is not None else (source, recorded_device)
+    start = time.time()
+    if row is None:
+        reason = f"op {entry.op!r} is not replayable (opconform.capture.ops.NOT_REPLAYABLE)"
+        return _case(entry, column, outcome=Outcome.SKIPPED, reason=reason, start=start)
+    try:
+        inputs, outputs = read_call(folder, entry)
+    except CaptureError as exc:
+        return _case(
+            entry, column, outcome=Outcome.SKIPPED, reason=str(exc), clauses=[row.clause], start=start
+        )
+    dtype = str(inputs[row.tensors[0]].dtype).removeprefix("torch.") if row.tensors[0] in inputs else None
+    context = f"layer {entry.layer} call {entry.call}: {entry.op} on {column[0]}@{column[1]}"
+    try:
+        if backend is not None:
+            on_device = {name: t.to(device) for name, t in inputs.items()}
+            args = [on_device[n] for n in row.tensors if n not in KEYWORD_TENSORS]
+            keywords = {
+                n: on_device.get(n) for n in row.tensors if n in KEYWORD_TENSORS and n not in entry.options
+            }
+            result = getattr(backend, entry.op)(*args, **entry.options, **keywords)
+            outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+        compare(
+            row, inputs, entry.options, outputs, context=context, device=None if backend is None else device
+        )
+    except ConformanceError as exc:
+        failure = Failure(
+            clause=exc.clause,
+            dtype=dtype,
+            largest_abs_error=exc.max_abs_error,
+            largest_rel_error=exc.max_rel_error,
+            message=str(exc),
+            largest_violation=exc.violation,
+            example={"arguments": {"layer": entry.layer, "call": str(entry.call), "file": entry.file}},
+        )
+        return _case(
+            entry, column, outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
+            failure=failure, message=str(exc), start=start, duration=time.time() - start,
+        )  # fmt: skip
+    except Exception as exc:  # the backend's own error on a recorded input, or a bad recorded argument
+        error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        failure = Failure(
+            clause=row.clause, dtype=dtype, error=error, message=f"[{row.clause}] {context}: {error}"
+        )
+        return _case(entry, column, outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
+                     failure=failure, message=failure.message, start=start)  # fmt: skip
+    return _case(entry, column, outcome=Outcome.PASSED, clauses=[row.clause], dtype=dtype, start=start,
+                 duration=time.time() - start)  # fmt: skip
+
+
+def replay(folder: str | Path, *, backend=None, device: str = "cpu") -> tuple[Document, list[str]]:
+    """The results document of every call in capture ``folder`` and the one-line problems found
+    (unreadable entries or files). Raises CaptureError when the folder itself is refused."""
+    from conformance import spec_index
+
+    started = time.time()
+    index, entries = read_index(folder)
+    source = str(index.get("source") or "captured")
+    cases, problems = [], []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, CaptureError):
+            problems.append(str(entry))
+            cases.append(Case(nodeid=f"replay::index::calls[{i}]", outcome=Outcome.SKIPPED, reason=str(entry),
+                              backend=backend.name if backend else source, device=device))  # fmt: skip
+            continue
+        case = judge_entry(folder, entry, source, backend, device)
+        if case.outcome == Outcome.SKIPPED and "not replayable" not in (case.reason or ""):
+            problems.append(case.reason)
+        cases.append(case)
+    judged = {c for case in cases for c in case.clauses}
+    clauses = {k: v for k, v in spec_index.load_clauses().items() if k in judged}
+    columns = sorted({c.backend for c in cases if c.backend})
+    document = Document(
+        results=cases,
+        clauses={c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()},
+        backends=columns,
+        devices=sorted({c.device for c in cases if c.device}),
+        exitstatus=1 if any(c.outcome == Outcome.FAILED for c in cases) else 0,
+        duration=time.time() - started,
+        meta={
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(),
+            "torch": torch.__version__,
+            "capture": str(folder),
+            "capture_suite_version": index.get("suite_version"),
+        },
+    )
+    return document, problems

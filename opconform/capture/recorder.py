@@ -1,0 +1,224 @@
+"""``Capture``: record the calls a live model makes to its kernels (docs/capture.md).
+
+Attach to a module (``attach``: forward pre-hook and hook) or wrap a function (``wrap``) with a
+``mapping`` from the call to the op's arguments: ``mapping(module, args, kwargs) -> dict`` for a
+module, ``mapping(*args, **kwargs) -> dict`` for a function, giving every argument of the op by
+its oracle's name (tensors and options). Inputs are copied to the host *before* the call (an
+in-place kernel would change them), the output after it; nothing the model computes changes.
+Bounded by ``max_calls_per_op``, ``sample_rate`` (seeded) and ``byte_budget``: a call that does
+not fit is counted as dropped, and nothing is written past the budget. Recorded calls are
+gathered into shards of about ``shard_bytes`` and written by one background thread, so the
+model waits only for the host copies (``shard_bytes=1``: one file per call).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from opconform.capture.store import Entry, encode_entry, host_view, write_index, write_shard
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _outputs(output) -> list[torch.Tensor]:
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in output):
+        return list(output)
+    raise TypeError(f"output: expected a tensor or a tuple of tensors, got {type(output).__name__}")
+
+
+class Capture:
+    """A capture into folder ``out``; use as a context manager or call ``close()`` to write the index."""
+
+    def __init__(
+        self,
+        out: str | Path,
+        *,
+        max_calls_per_op: int = 100,
+        sample_rate: float = 1.0,
+        byte_budget: int = 1 << 30,
+        seed: int = 0,
+        source: str = "captured",
+        shard_bytes: int = 64 << 20,
+    ):
+        _require(
+            isinstance(max_calls_per_op, int) and max_calls_per_op >= 0,
+            f"max_calls_per_op: expected an int >= 0, got {max_calls_per_op!r}",
+        )
+        _require(
+            isinstance(sample_rate, (int, float)) and 0.0 <= sample_rate <= 1.0,
+            f"sample_rate: expected a number in [0, 1], got {sample_rate!r}",
+        )
+        _require(
+            isinstance(byte_budget, int) and byte_budget >= 0,
+            f"byte_budget: expected an int >= 0, got {byte_budget!r}",
+        )
+        _require(
+            isinstance(source, str) and bool(source), f"source: expected a non-empty str, got {source!r}"
+        )
+        _require(
+            isinstance(shard_bytes, int) and shard_bytes >= 1,
+            f"shard_bytes: expected an int >= 1, got {shard_bytes!r}",
+        )
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.max_calls_per_op, self.sample_rate, self.byte_budget = max_calls_per_op, sample_rate, byte_budget
+        self.source = source
+        self._random = random.Random(seed)
+        self.entries: list[str] = []  # JSON text of each recorded call's index entry (encode_entry)
+        self.bytes_written = 0
+        self.dropped = {"per_op_limit": 0, "sampling": 0, "byte_budget": 0}
+        self._per_op: dict[str, int] = {}
+        self._calls: dict[str, int] = {}
+        self._handles: list = []
+        self._pending: dict[int, tuple] = {}
+        self.shard_bytes = shard_bytes
+        self._shard: dict[str, torch.Tensor] = {}
+        self._shard_size = 0
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opconform-capture")
+        self._writes: list = []
+
+    # -- recording -----------------------------------------------------------------------------
+    def _begin(self, op: str, layer: str, arguments: dict):
+        """Decide whether this call is recorded; if so, the host copies of its tensor inputs."""
+        call = self._calls.get(layer, 0)
+        self._calls[layer] = call + 1
+        if self._per_op.get(op, 0) >= self.max_calls_per_op:
+            self.dropped["per_op_limit"] += 1
+            return None
+        if self.sample_rate < 1.0 and self._random.random() >= self.sample_rate:
+            self.dropped["sampling"] += 1
+            return None
+        if not isinstance(arguments, dict):
+            raise TypeError(f"mapping for {layer!r}: expected a dict of {op} arguments, got {arguments!r}")
+        tensors, inputs, options = {}, {}, {}
+        for name, value in arguments.items():
+            if isinstance(value, torch.Tensor):
+                flat, meta = host_view(value)
+                tensors[f"in.{name}"], inputs[name] = flat, {**meta, "key": f"in.{name}"}
+            else:
+                options[name] = value
+        return call, tensors, inputs, options
+
+    def _finish(self, op: str, layer: str, started, output) -> None:
+        if started is None:
+            return
+        call, tensors, inputs, options = started
+        outputs = []
+        for i, tensor in enumerate(_outputs(output)):
+            flat, meta = host_view(tensor)
+            tensors[f"out.{i}"] = flat
+            outputs.append({**meta, "key": f"out.{i}"})
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        if self.bytes_written + nbytes > self.byte_budget:
+            self.dropped["byte_budget"] += 1
+            return
+        number = len(self.entries)
+        prefix = f"c{number:06d}."
+        for meta in (*inputs.values(), *outputs):
+            meta["key"] = prefix + meta["key"]
+        entry = Entry(
+            f"shard_{self._shard_number():06d}.safetensors", op, layer, call, options, inputs, outputs, nbytes
+        )
+        try:
+            encoded = encode_entry(entry)
+        except TypeError as exc:
+            raise TypeError(
+                f"mapping for {layer!r}: options must be JSON values (str, number, bool, None): {exc}"
+            ) from None
+        self._shard.update({prefix + key: t for key, t in tensors.items()})
+        self._shard_size += nbytes
+        self.entries.append(encoded)
+        self.bytes_written += nbytes
+        self._per_op[op] = self._per_op.get(op, 0) + 1
+        if self._shard_size >= self.shard_bytes:
+            self._flush()
+
+    def _shard_number(self) -> int:
+        return len(self._writes)
+
+    def _flush(self) -> None:
+        if self._shard:
+            path = self.out / f"shard_{self._shard_number():06d}.safetensors"
+            self._writes.append(self._writer.submit(write_shard, path, self._shard))
+            self._shard, self._shard_size = {}, 0
+
+    # -- attaching -----------------------------------------------------------------------------
+    def attach(self, module: torch.nn.Module, op: str, mapping, *, name: str | None = None, output=None):
+        """Record ``module``'s calls as calls of ``op``; ``output(result)`` picks the op's output
+        from the module's result (default: the result). Returns ``module``."""
+        _op_name(op)
+        _require(isinstance(module, torch.nn.Module), f"module: expected a torch.nn.Module, got {module!r}")
+        _require(callable(mapping), f"mapping: expected a callable, got {mapping!r}")
+        layer = name or f"{type(module).__name__}@{id(module):x}"
+
+        def pre(mod, args, kwargs):
+            self._pending[id(mod)] = self._begin(op, layer, mapping(mod, args, kwargs))
+
+        def post(mod, args, kwargs, result):
+            self._finish(op, layer, self._pending.pop(id(mod), None), output(result) if output else result)
+
+        self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(module.register_forward_hook(post, with_kwargs=True))
+        return module
+
+    def wrap(self, function, op: str, mapping, *, name, output=None):
+        """``function`` wrapped so that each call is recorded as a call of ``op`` named ``name``
+        (a str, or a callable of the call's arguments giving it: one attention function serving
+        every layer names each call by its layer)."""
+        _op_name(op)
+        _require(
+            callable(name) or (isinstance(name, str) and bool(name)), f"name: expected a str, got {name!r}"
+        )
+        _require(callable(function), f"function: expected a callable, got {function!r}")
+        _require(callable(mapping), f"mapping: expected a callable, got {mapping!r}")
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            layer = name(*args, **kwargs) if callable(name) else name
+            started = self._begin(op, layer, mapping(*args, **kwargs))
+            result = function(*args, **kwargs)
+            self._finish(op, layer, started, output(result) if output else result)
+            return result
+
+        return wrapper
+
+    # -- closing -------------------------------------------------------------------------------
+    def close(self) -> Path:
+        """Remove the hooks and write the index; returns its path."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._flush()
+        self._writer.shutdown(wait=True)
+        for write in self._writes:
+            write.result()  # a write that failed (a full disk) raises here
+        stats = {"source": self.source, "bytes": self.bytes_written, "dropped": dict(self.dropped)}
+        stats["limits"] = {
+            "max_calls_per_op": self.max_calls_per_op,
+            "sample_rate": self.sample_rate,
+            "byte_budget": self.byte_budget,
+        }
+        return write_index(self.out, self.entries, stats)
+
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _op_name(op) -> None:
+    from backends import OPS
+
+    if op not in OPS:
+        raise ValueError(f"op: unknown op {op!r}; known ops: {sorted(OPS)}")

@@ -1,0 +1,185 @@
+"""Capture and replay (docs/capture.md): views and dtypes survive, the model's outputs do not
+change, the bounds hold, a wrong kernel is flagged under its clause naming layer and call, and
+bad input is one line naming the file without losing the other calls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conformance.results import Outcome
+from opconform import cli
+from opconform.capture import Capture, CaptureError, read_call, read_index
+from opconform.capture.judge import replay
+
+
+class Norm(torch.nn.Module):
+    """LLaMA's RMSNorm (x * rsqrt(mean(x^2) + eps) * weight, float32 inside)."""
+
+    def __init__(self, width=16, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(1 + 0.1 * torch.randn(width))
+        self.eps = eps
+
+    def forward(self, x):
+        v = x.float()
+        return (v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
+
+
+def _norm_mapping(module, args, kwargs):
+    return {"x": args[0], "weight": module.weight, "eps": module.eps}
+
+
+def _capture(folder, calls=3, **limits):
+    norm = Norm()
+    with Capture(folder, **limits) as cap:
+        cap.attach(norm, "rms_norm", _norm_mapping, name="model.norm")
+        gelu = cap.wrap(lambda x: F.gelu(x, approximate="tanh"), "new_gelu", lambda x: {"x": x}, name="act")
+        for _ in range(calls):
+            x = torch.randn(6, 32)
+            norm(x[:, ::2])  # a strided view
+            gelu(x.t())
+    return norm
+
+
+def test_views_and_dtypes_come_back_as_recorded(tmp_path):
+    base = torch.arange(40, dtype=torch.float32).reshape(5, 8)
+    view = base[1:, 2::3].t()  # storage offset 10, strides (3, 8)
+    half = torch.randn(3, 4).to(torch.bfloat16)
+    with Capture(tmp_path) as cap:
+        f = cap.wrap(
+            lambda x, w: x * 1.0, "rms_norm", lambda x, w: {"x": x, "weight": w, "eps": 1e-6}, name="f"
+        )
+        f(view, half)
+    _, entries = read_index(tmp_path)
+    inputs, outputs = read_call(tmp_path, entries[0])
+    assert inputs["x"].stride() == view.stride() and torch.equal(inputs["x"], view)
+    assert entries[0].inputs["x"]["storage_offset"] == view.storage_offset() == 10
+    assert inputs["weight"].dtype == torch.bfloat16 and torch.equal(inputs["weight"], half)
+    assert entries[0].options == {"eps": 1e-6} and outputs[0].stride() == (view * 1.0).stride()
+
+
+def test_capture_never_changes_outputs_and_records_inputs_before_an_in_place_kernel(tmp_path):
+    torch.manual_seed(0)
+    norm, x = Norm(), torch.randn(4, 16)
+    plain = norm(x)
+
+    def in_place(x, residual):  # vLLM's fused_add_rms_norm convention: results written into the inputs
+        residual.add_(x)
+        x.copy_(norm(residual))
+        return x, residual
+
+    with Capture(tmp_path) as cap:
+        cap.attach(norm, "rms_norm", _norm_mapping, name="n")
+        fused = cap.wrap(
+            in_place, "fused_add_rms_norm",
+            lambda x, r: {"x": x, "residual": r, "weight": norm.weight, "eps": norm.eps}, name="fused",
+        )  # fmt: skip
+        assert torch.equal(norm(x), plain)
+        a, r = torch.randn(4, 16), torch.randn(4, 16)
+        before = (a.clone(), r.clone())
+        fused(a, r)
+    _, entries = read_index(tmp_path)
+    inputs, _ = read_call(tmp_path, entries[-1])
+    assert torch.equal(inputs["x"], before[0]) and torch.equal(inputs["residual"], before[1])
+    document, problems = replay(tmp_path)
+    assert problems == [] and [c.outcome for c in document.results if c.op == "fused_add_rms_norm"] == [
+        Outcome.PASSED
+    ]
+
+
+def test_bounds_calls_per_op_sampling_and_byte_budget(tmp_path):
+    _capture(tmp_path / "limit", calls=5, max_calls_per_op=2)
+    index, entries = read_index(tmp_path / "limit")
+    assert len(entries) == 4 and index["dropped"]["per_op_limit"] == 6
+    _capture(tmp_path / "none", calls=4, sample_rate=0.0)
+    assert read_index(tmp_path / "none")[1] == []
+    _capture(tmp_path / "half", calls=20, sample_rate=0.5)
+    assert 5 <= len(read_index(tmp_path / "half")[1]) <= 35
+    budget = 2000  # one norm call is 16*6*4*2 + 16*4 bytes = 832; a gelu call 6*32*4*2 = 1536
+    _capture(tmp_path / "budget", calls=5, byte_budget=budget, shard_bytes=1)
+    index, entries = read_index(tmp_path / "budget")
+    stored = sum(e.nbytes for e in entries)
+    assert 0 < stored <= budget and index["bytes"] == stored and index["dropped"]["byte_budget"] > 0
+    assert len(list((tmp_path / "budget").glob("*.safetensors"))) == len(entries)
+
+
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [({"max_calls_per_op": -1}, "max_calls_per_op"), ({"sample_rate": 2}, "sample_rate"),
+     ({"byte_budget": 1.5}, "byte_budget"), ({"source": ""}, "source"), ({"shard_bytes": 0}, "shard_bytes")],
+)  # fmt: skip
+def test_bad_capture_arguments_name_the_argument(tmp_path, kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        Capture(tmp_path, **kwargs)
+    with pytest.raises(ValueError, match="op: unknown op 'nosuch'"):
+        Capture(tmp_path).attach(Norm(), "nosuch", _norm_mapping)
+
+
+def test_replay_flags_the_wrong_kernel_naming_layer_and_call(tmp_path):
+    with Capture(tmp_path, source="mydevice") as cap:
+        right = cap.wrap(
+            lambda x: F.gelu(x, approximate="tanh"), "new_gelu", lambda x: {"x": x}, name="layers.0.act"
+        )
+        wrong = cap.wrap(F.gelu, "new_gelu", lambda x: {"x": x}, name="layers.1.act")  # erf GELU for tanh
+        for _ in range(2):
+            x = torch.randn(4, 64) * 3
+            right(x), wrong(x)
+    document, problems = replay(tmp_path)
+    failed = [c for c in document.results if c.outcome == Outcome.FAILED]
+    assert [c.nodeid for c in failed] == [f"replay::layers.1.act::call{i}::new_gelu" for i in range(2)]
+    assert all(
+        c.failure.clause == "ACT-GELU-VARIANTS" and "layer layers.1.act call" in c.message for c in failed
+    )
+    assert {c.backend for c in document.results} == {"mydevice"} and problems == []
+
+
+def _main(argv):
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_bad_folders_and_files_are_one_line_and_lose_no_other_call(tmp_path, capsys):
+    _capture(tmp_path, calls=3, shard_bytes=1)  # one file per call
+    index_path = tmp_path / "index.json"
+    index = json.loads(index_path.read_text())
+    files = [c["file"] for c in index["calls"]]
+    truncated = tmp_path / files[0]
+    truncated.write_bytes(truncated.read_bytes()[:40])
+    (tmp_path / files[1]).unlink()  # an index entry whose file is missing
+    index["calls"][2]["inputs"]["x"]["dtype"] = "float16"  # a wrong dtype in the index
+    index["calls"][3] = {"op": "rms_norm"}  # a malformed entry
+    index_path.write_text(json.dumps(index))
+    assert _main(["replay", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    problems = [line for line in captured.err.splitlines() if line]
+    assert len(problems) == 4 and "Traceback" not in captured.err
+    for problem, name in zip(problems[:3], files[:3], strict=True):
+        assert name in problem, problem
+    assert "calls[3]" in problems[3]
+    document, _ = replay(tmp_path)
+    assert sum(c.outcome == Outcome.PASSED for c in document.results) == len(files) - 4
+
+    index["suite_version"] = "0.0.1"
+    index_path.write_text(json.dumps(index))
+    assert _main(["replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "index.json: written by opconform '0.0.1'" in err[0]
+    with pytest.raises(CaptureError, match="no capture index"):
+        read_index(tmp_path / "nowhere")
+
+
+def test_replay_reruns_a_backend_and_writes_a_report_merge_reads(tmp_path, capsys):
+    _capture(tmp_path / "cap", calls=1)
+    assert (
+        _main(["replay", str(tmp_path / "cap"), "--backend", "native", "--out", str(tmp_path / "rep")]) == 0
+    )
+    assert _main(["merge", str(tmp_path / "rep" / "report.json")]) == 0
+    assert "native@cpu" in capsys.readouterr().out
+    assert _main(["replay", str(tmp_path / "cap"), "--backend", "nosuch"]) == 2
+    assert "--backend nosuch" in capsys.readouterr().err
