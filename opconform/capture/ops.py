@@ -176,4 +176,13 @@ NOT_REPLAYABLE: dict[str, str] = {
     "append_shared_experts": "no row yet: slot ids are compared exactly, not by a tolerance",
     "fused_moe": "no row yet: its tolerance rule moe_magnitude needs the routing options recorded",
     "moe_router_config": _CONFIG,
+    "rope_inv_freq": _CONFIG,
+    "rope_softmax_scale": _CONFIG,
+    "rope_kernel_args": _CONFIG,
+    "rope_cos_sin": "no row yet: its allowance angle_scale (ROPE-TOL) needs the positions and inv_freq",
+    "rotary_embedding": "no row yet: q and k each take their own pair_scale allowance (ROPE-TOL); a row "
+    "needs one atol scale per output",
+    "mrope": "no row yet: as rotary_embedding, with the section layout recorded as options",
+    "write_kv_cache": "an in-place write returning None: a row would judge the caches after the call "
+    "bit for bit (KV-WRITE), which the recorder does not capture yet",
 }
