@@ -222,15 +222,21 @@ def case_from_dict(data: Any, source: str) -> Case:
         raise ResultsError(f"{source}: {exc}") from None
 
 
+def read_json(path: str | Path, error: type[Exception], *, missing: str, kind: str) -> Any:
+    """``path``'s JSON, or ``error`` with one line naming the file: ``PATH: MISSING`` when it does not
+    exist, ``PATH: not a JSON KIND: why`` when it cannot be read or parsed."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: {missing}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path}: not a JSON {kind}: {exc}") from None
+
+
 def load(path: str | Path) -> Document:
     """Read and check a results document; errors name the file and what was expected."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: no such report file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{path}: not a JSON report: {exc}") from None
+    data = read_json(path, ResultsError, missing="no such report file", kind="report")
     return Document.from_dict(data, str(path))
 
 

@@ -9,7 +9,6 @@ cases are judged.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import torch
 
 from conformance.errors import ConformanceError
-from conformance.results import Case, Document, Failure, Outcome
+from conformance.results import Case, Document, Failure, Outcome, read_json
 from opconform.capture.export import CASE_FORMAT, CASE_SCHEMA
 from opconform.capture.judge import compare
 from opconform.capture.ops import REPLAY_OPS
@@ -79,12 +78,7 @@ def _read_array(folder: Path, meta, what: str) -> torch.Tensor:
 
 def read_case(folder: Path) -> dict:
     path = folder / "case.json"
-    try:
-        case = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CaptureError(f"{path}: missing (not an exported case folder)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CaptureError(f"{path}: not a JSON case sidecar: {exc}") from None
+    case = read_json(path, CaptureError, missing="missing (not an exported case folder)", kind="case sidecar")
     if not isinstance(case, dict) or case.get("schema") != CASE_SCHEMA:
         raise CaptureError(f'{path}: not a case sidecar (expected "schema": "{CASE_SCHEMA}")')
     if case.get("format") != CASE_FORMAT or case.get("suite_version") != suite_version():

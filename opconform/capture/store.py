@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from conformance.results import read_json
+
 SCHEMA = "opconform-capture"
 FORMAT = 1
 INDEX = "index.json"
@@ -113,12 +115,8 @@ def read_index(folder: str | Path) -> tuple[dict, list[Entry | CaptureError]]:
     """The index and its entries; an entry that is malformed is a CaptureError in its place.
     A folder without an index, or from another format or suite version, raises CaptureError."""
     path = Path(folder) / INDEX
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CaptureError(f"{path}: no capture index (is {folder} a capture folder?)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CaptureError(f"{path}: not a JSON capture index: {exc}") from None
+    missing = f"no capture index (is {folder} a capture folder?)"
+    index = read_json(path, CaptureError, missing=missing, kind="capture index")
     if not isinstance(index, dict) or index.get("schema") != SCHEMA:
         raise CaptureError(f'{path}: not a capture index (expected "schema": "{SCHEMA}")')
     version, mine = index.get("suite_version"), suite_version()
