@@ -153,3 +153,22 @@ def test_module_map_matches_the_tree():
         f"in the tree, not in {MODULE_MAP.relative_to(REPO)}: {sorted(actual - mapped)}; "
         f"in the map, not in the tree: {sorted(mapped - actual)}"
     )
+
+
+def test_every_package_ships_in_the_wheel():
+    """pyproject's explicit package list names every package folder (an ``__init__.py``) of the
+    project: opconform.capture was missing, so an installed ``opconform replay`` could not import."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {
+        ".".join(init.parent.relative_to(REPO).parts)
+        for package in PACKAGES
+        for init in (REPO / package).rglob("__init__.py")
+    }
+    assert not folders - listed, (
+        f"packages missing from pyproject's [tool.setuptools] packages: {folders - listed}"
+    )
