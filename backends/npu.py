@@ -19,10 +19,8 @@ import torch.nn.functional as F
 from backends import NotImplementedOp, native, npu_kv_cache
 from reference.activations import APPROXIMATE_MODES, GELU_VARIANTS, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
-from reference.kv_cache import dequantized_caches
 from reference.masks import CANN_MAX_TOKENS, require_window
 from reference.rope import mrope_rows, require_bool, validate_rope_args
-from reference.serving import validate_paged_args
 from reference.validation import require_choice, require_floating, require_positive_finite_or_none
 
 FIA_COMPRESSED_MASK_SIZE = 2048
@@ -211,7 +209,8 @@ class AscendBackend:
             q, k_cache, v_cache, scale=scale, atten_mask=masked, actual_seq_lengths_kv=seq_lens.tolist()
         )
 
-    # --- serving attention on FIA's paged TND path (spec/serving.md, spec/ascend.md CANN-FIA-PAGED) ---
+    # --- serving attention (spec/serving.md): paged_attention in backends/npu_serving.py, over FIA v2
+    # and _npu_paged_attention (spec/ascend.md, CANN-FIA-V2, CANN-PAGED-ATTENTION) ---
 
     layer_windows = NotImplementedOp("config parsing is the serving framework's, not the kernel's")
 
@@ -220,46 +219,6 @@ class AscendBackend:
         sliding_window = require_window(sliding_window)
         left = None if sliding_window is None else self.decode_mask_window(sliding_window)
         return {"prefill": self.cann_prefill_tokens(sliding_window), "decode": {"left_context": left}}
-
-    def paged_attention(
-        self, q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks,
-        scale, k_scale=None, v_scale=None,
-    ):  # fmt: skip
-        """SERVE: one FIA call in TND over the paged cache; the kernel (prompt or incremental) is
-        chosen per call, so the window is a band (sparse_mode 4) or an explicit decode mask. fp8
-        caches are dequantized into q's dtype by the adapter first (spec/kv_cache.md, KV-FP8-READ)."""
-        k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, getattr(q, "dtype", None))
-        meta = validate_paged_args(
-            q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
-            sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
-        )  # fmt: skip
-        _require_fia_paged_features(meta, k_cache, v_cache, sinks)
-        num_blocks, block_size, kv_heads, head_dim = k_cache.shape
-        options = {
-            "input_layout": "TND",
-            "num_heads": meta.q_heads,
-            "num_key_value_heads": kv_heads,
-            "scale": meta.scale,
-            "block_table": block_table.to(device=q.device, dtype=torch.int32),
-            "block_size": block_size,  # the cache's own, never a constant (SERVE)
-            "actual_seq_lengths": list(meta.query_starts[1:]),  # cumulative ends in TND
-            "actual_seq_lengths_kv": list(meta.seq_lens),  # per sequence with a block_table
-        }
-        if all(meta.query_len(b) == 1 for b in range(meta.batch)):
-            options["atten_mask"] = self._paged_decode_mask(meta, block_table.shape[1] * block_size, q.device)
-        else:
-            options["atten_mask"] = compressed_causal_mask(q.device)
-            options["sparse_mode"] = 3 if meta.sliding_window is None else 4
-            options.update(self.cann_prefill_tokens(meta.sliding_window))
-        key = k_cache.reshape(num_blocks, block_size, kv_heads * head_dim)  # (blocknum, blocksize, H)
-        value = v_cache.reshape(num_blocks, block_size, kv_heads * head_dim)
-        return self.ops.npu_fused_infer_attention_score(q.contiguous(), key, value, **options)[0]
-
-    def _paged_decode_mask(self, meta, kv_len: int, device) -> torch.Tensor:
-        """MASK-SWA-DECODE [B, 1, 1, kv_len] (True = masked): the incremental kernel ignores the band."""
-        window = kv_len if meta.sliding_window is None else self.decode_mask_window(meta.sliding_window)
-        lengths = torch.tensor(meta.seq_lens, dtype=torch.int64, device=device)
-        return self.swa_decode_mask(lengths, kv_len, window=window)[:, :, None, :]
 
     # --- rotary embeddings (spec/rope.md): npu_rotary_mul and npu_mrope (spec/ascend.md,
     # CANN-ROTARY-MUL, CANN-MROPE); the config readers and cos/sin rows run on the host (native's).
@@ -336,20 +295,6 @@ def _full_width_rows(cos, sin, rotary_mode: str):
     return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
 
 
-def _require_fia_paged_features(meta, k_cache, v_cache, sinks) -> None:
-    """What FIA's paged path cannot express raises NotImplementedError (spec/ascend.md, CANN-FIA-PAGED)."""
-    if meta.softcap is not None:
-        raise NotImplementedError("softcap: npu_fused_infer_attention_score has no logit softcapping")
-    if sinks is not None:
-        raise NotImplementedError(
-            "sinks: learnable_sink is documented only for npu_fused_infer_attention_score_v2, not the v1 op"
-        )
-    if v_cache.shape[3] != k_cache.shape[3]:
-        raise NotImplementedError(
-            f"Dv={v_cache.shape[3]} != Dqk={k_cache.shape[3]}: FIA requires key and value of identical shapes"
-        )
-
-
 # --- KV-cache write (spec/kv_cache.md; spec/ascend.md, CANN-KV-WRITE): backends/npu_kv_cache.py ---
 AscendBackend.write_kv_cache = npu_kv_cache.write_kv_cache
 
@@ -366,3 +311,8 @@ npu_moe.install(AscendBackend)
 from backends import npu_norms  # noqa: E402 - after the class it extends
 
 npu_norms.install(AscendBackend)
+
+# --- serving attention (spec/serving.md; spec/ascend.md, CANN-FIA-V2), in its own module -------
+from backends import npu_serving  # noqa: E402 - after the class it extends
+
+npu_serving.install(AscendBackend, compressed_causal_mask)

@@ -232,15 +232,18 @@ def test_adapter_matches_the_serving_oracle(q_lens, kv_lens, block_size, window)
     assert_close(actual, expected, clause="SERVE", family="attention", context=context, dtype=torch.float32)
 
 
-@pytest.mark.parametrize("feature", ["softcap", "sinks", "head_dims"])
+@pytest.mark.parametrize("feature", ["softcap", "sinks_wide_value", "head_dims"])
 def test_adapter_refuses_what_fia_cannot_express(feature):
-    """Softcap, sinks and Dv != Dqk raise NotImplementedError naming the feature."""
+    """Softcap, sinks with a value head dim over 128 and Dv != Dqk raise NotImplementedError naming the
+    feature (CANN-FIA-V2)."""
     q, k_cache, v_cache, meta = _batch([2], [5], 2)
     args = dict(meta, sliding_window=None, softcap=None, sinks=None, scale=SCALE)
     if feature == "softcap":
         args["softcap"] = 50.0
-    elif feature == "sinks":
+    elif feature == "sinks_wide_value":
         args["sinks"] = torch.zeros(HQ)
+        k_cache, v_cache = (c.repeat_interleave(17, -1) for c in (k_cache, v_cache))  # D = 136
+        q = q.repeat_interleave(17, -1)
     else:
         v_cache = v_cache[..., : D // 2]
     with pytest.raises(NotImplementedError, match="softcap|sink|Dv"):

@@ -7,7 +7,9 @@ family; this package re-exports their ops under the ``torch_npu`` names.
 """
 
 from backends.npu_emulator.activations import npu_fast_gelu, npu_geglu, npu_gelu, npu_swiglu
+from backends.npu_emulator.atb_paged_attention import _npu_paged_attention
 from backends.npu_emulator.attention import npu_fused_infer_attention_score
+from backends.npu_emulator.attention_v2 import npu_fused_infer_attention_score_v2
 from backends.npu_emulator.kv_cache import (
     _npu_reshape_and_cache,
     npu_scatter_nd_update_,
@@ -22,3 +24,4 @@ __all__ += ["npu_moe_gating_top_k", "npu_moe_gating_top_k_softmax"]
 __all__ += ["npu_rotary_mul", "npu_mrope", "npu_apply_rotary_pos_emb"]
 __all__ += ["npu_scatter_pa_kv_cache", "npu_scatter_nd_update_", "_npu_reshape_and_cache"]
 __all__ += ["npu_rms_norm", "npu_add_rms_norm"]
+__all__ += ["npu_fused_infer_attention_score_v2", "_npu_paged_attention"]

@@ -72,15 +72,16 @@ def _check_compressed_mask(atten_mask) -> None:
         _fail("the compressed mask must be True exactly strictly above the diagonal")
 
 
-def _lengths(query, actual_seq_lengths, actual_seq_lengths_kv, block_table) -> tuple[list, list, list]:
-    """Query starts (B + 1), query lengths and kv lengths, checked against T and the table's rows."""
-    ends = _int_list(actual_seq_lengths, "actual_seq_lengths")
-    kv_lens = _int_list(actual_seq_lengths_kv, "actual_seq_lengths_kv")
+def _lengths(query, actual_seq_lengths, actual_seq_lengths_kv, block_table, names) -> tuple[list, list, list]:
+    """Query starts (B + 1), query lengths and kv lengths, checked against T and the table's rows;
+    ``names`` are the op's own names of the two length arguments (v1's or v2's, CANN-FIA-V2)."""
+    ends = _int_list(actual_seq_lengths, names[0])
+    kv_lens = _int_list(actual_seq_lengths_kv, names[1])
     starts = [0, *ends]
     if not ends or any(b < a for a, b in zip(starts, ends, strict=False)) or ends[-1] != query.shape[0]:
-        _fail(f"actual_seq_lengths must be cumulative non-decreasing ends up to T={query.shape[0]}: {ends}")
+        _fail(f"{names[0]} must be cumulative non-decreasing ends up to T={query.shape[0]}: {ends}")
     if len(kv_lens) != len(ends) or any(n < 0 for n in kv_lens):
-        _fail(f"actual_seq_lengths_kv must be {len(ends)} lengths >= 0, got {kv_lens}")
+        _fail(f"{names[1]} must be {len(ends)} lengths >= 0, got {kv_lens}")
     shape = tuple(getattr(block_table, "shape", ()))
     if not isinstance(block_table, torch.Tensor) or len(shape) != 2 or shape[0] != len(ends):
         _fail(f"block_table must be 2-D with B={len(ends)} rows, got {shape}")
@@ -136,18 +137,34 @@ def _prompt_masked(sparse_mode, pre_tokens, next_tokens, q_len: int, kv_len: int
     return (j < i - pre_tokens) | (j > i + next_tokens)
 
 
+def _probs(scores, masked, sink) -> torch.Tensor:
+    """Softmax over the unmasked keys of [N, q_len, kv_len] scores; a row with none is zeros. With a
+    ``sink`` [N] (v2's learnable_sink, CANN-FIA-V2: inferred) exp(sink) joins each head's denominator
+    only, as an extra logit without a value row."""
+    scores = scores.masked_fill(masked, float("-inf"))
+    if sink is None:
+        empty = masked.all(-1, keepdim=True)
+        return torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(masked, 0.0)
+    sink = sink.float().to(scores.device)[:, None, None]
+    peak = torch.maximum(scores.amax(-1, keepdim=True), sink)
+    weights = torch.exp(scores - peak)  # masked keys: exp(-inf) = 0
+    return weights / (weights.sum(-1, keepdim=True) + torch.exp(sink - peak))
+
+
 def fia_tnd_paged(
     query, key, value, *, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, num_heads,
     num_key_value_heads, scale, pre_tokens, next_tokens, sparse_mode, block_table, block_size,
+    learnable_sink=None, names=("actual_seq_lengths", "actual_seq_lengths_kv"),
 ):  # fmt: skip
-    """FIA with input_layout='TND' and a block_table: (attention_out [T, N, D], softmax_lse [1])."""
+    """FIA with input_layout='TND' and a block_table: (attention_out [T, N, D], softmax_lse [1]).
+    ``learnable_sink`` [N] is the v2 op's (None for v1); ``names`` its length arguments' names."""
     if query.dim() != 3 or query.shape[1] != num_heads:
         _fail(f"query must be [T, N={num_heads}, D], got {tuple(query.shape)}")
     kv_heads = num_heads if num_key_value_heads == 0 else num_key_value_heads
     if num_heads % kv_heads:
         _fail(f"num_heads={num_heads} is not a multiple of num_key_value_heads={kv_heads}")
     head_dim = query.shape[2]
-    starts, q_lens, kv_lens = _lengths(query, actual_seq_lengths, actual_seq_lengths_kv, block_table)
+    starts, q_lens, kv_lens = _lengths(query, actual_seq_lengths, actual_seq_lengths_kv, block_table, names)
     _check_cache(key, value, block_table, block_size, kv_lens, kv_heads, head_dim)
     incremental = all(n == 1 for n in q_lens)  # per call (inferred)
     if incremental:
@@ -170,8 +187,7 @@ def fia_tnd_paged(
             masked = _prompt_masked(sparse_mode, pre_tokens, next_tokens, q_len, kv_len)
         masked = masked.to(query.device)
         rows = query[starts[b] : starts[b + 1]].float().transpose(0, 1)  # [N, q_len, D]
-        scores = (rows @ k.transpose(-1, -2) * scale).masked_fill(masked, float("-inf"))
+        probs = _probs(rows @ k.transpose(-1, -2) * scale, masked, learnable_sink)
         empty = masked.all(-1, keepdim=True)
-        probs = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1).masked_fill(masked, 0.0)
         out[starts[b] : starts[b + 1]] = (probs @ v).masked_fill(empty, 0.0).transpose(0, 1)
     return out.to(query.dtype), torch.zeros(1, dtype=torch.float32, device=query.device)
