@@ -13,7 +13,7 @@ import torch
 
 from backends import paged
 from backends.npu import AscendBackend, emulator_unavailable, load_emulator
-from mutants import _serving_inputs, named
+from mutants import _serving_inputs, _serving_npu, named
 from mutants import _serving_windows as windows
 from mutants._paged_base import PagedNative as _PagedNative
 from reference.serving import validate_paged_args
@@ -314,6 +314,7 @@ BACKENDS = [
     named(PrefillDecodeWindowsOneApart, "wrong-prefill-decode-windows-one-apart"),
     named(FiaBandForSplitDecodes, "wrong-fia-band-for-split-decodes"),
     *(named(cls, name) for cls, name in _serving_inputs.MUTANTS),  # ATTN-SCALE, SERVE-LONG, SERVE-LAYOUT
+    *_serving_npu.BACKENDS,  # the Ascend adapter's FIA v2 and _npu_paged_attention calls
 ]
 
 

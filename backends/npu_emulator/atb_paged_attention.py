@@ -57,6 +57,12 @@ def _check(query, key_cache, value_cache, num_kv_heads, num_heads, block_table, 
     if tuple(context_lens.shape) != (tokens,) or context_lens.device.type != "cpu":
         _fail(f"context_lens must be a [num_tokens={tokens}] host tensor, got {tuple(context_lens.shape)} "
               f"on {context_lens.device}")  # fmt: skip
+    lengths, block_size = context_lens.tolist(), key_cache.shape[1]
+    needed = max((-(-n // block_size) for n in lengths), default=0)
+    if any(n < 0 for n in lengths) or needed > block_table.shape[1]:
+        _fail(
+            f"context_lens {lengths} need {needed} block_table columns, the table has {block_table.shape[1]}"
+        )
     if not isinstance(out, torch.Tensor) or (out.shape, out.dtype) != (query.shape, query.dtype):
         _fail(f"out must be a {query.dtype} tensor of the query's shape {tuple(query.shape)}")
     return kv_heads
