@@ -8,6 +8,7 @@ left out (ROPE-PARAMS).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from types import SimpleNamespace
 import torch
 from hypothesis import strategies as st
 
-from conformance.strategies.common import FLOAT_DTYPES, seeds, strided_view
+from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds, strided_view
 from reference import rope as oracle
 
 # ROPE-POSITIONS: how the positions of a batch are laid out. "offset": one sequence continuing at an
@@ -102,7 +103,7 @@ def rope_recipes(
     is_partial = draw(st.booleans()) if partial is None else partial
     extra = draw(st.sampled_from((2, 3, 8, 16))) if is_partial else 0
     q_heads = draw(st.integers(1, 4))
-    return RopeRecipe(
+    recipe = RopeRecipe(
         tokens=draw(st.integers(1, 12)),
         q_heads=q_heads,
         k_heads=draw(st.sampled_from(sorted({1, q_heads, max(1, q_heads // 2)}))),
@@ -118,6 +119,14 @@ def rope_recipes(
         attention_factor=draw(st.sampled_from((1.0, 1.0, 1.35))),
         mrope=mrope,
     )
+    # MODEL-RUN: one of the model's layer kinds (rotary_dim, head_dim, q heads, k heads) that the
+    # property's partial flag admits; a property none fits keeps its generic draw.
+    kinds = [k for k in pinned_values("rope.layer") or () if partial is None or (k[0] < k[1]) == partial]
+    if kinds and not mrope:
+        rotary_dim, head_dim, q_heads, k_heads = draw(st.sampled_from(kinds))
+        recipe = dataclasses.replace(recipe, rotary_dim=rotary_dim, head_dim=head_dim, q_heads=q_heads,
+                                     k_heads=k_heads)  # fmt: skip
+    return recipe
 
 
 # --- configs (ROPE-PARAMS, ROPE-FREQ, ROPE-LAYER, ROPE-SOFTMAX-SCALE) ------------------------------
