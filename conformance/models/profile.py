@@ -164,7 +164,8 @@ def _attention(derived: Derived, config) -> None:
 def _rope(derived: Derived, config) -> None:
     """MODEL-ROPE: per layer type, ROPE-PARAMS' reader (theta, rotary dim, scaling), the style and
     mrope sections; the pins are (rotary_dim, head_dim, q heads, k heads)."""
-    layer_types = list(_get(config, "layer_types", None) or ["full_attention"] * _get(config, "num_hidden_layers"))
+    layer_types = list(_get(config, "layer_types", None) or [
+        "sliding_attention" if w else "full_attention" for w in layer_windows(config)])  # fmt: skip
     per_type = _per_type_rope(config)
     interleaved = _get(config, "model_type") in INTERLEAVE_FLAG_TYPES and bool(_get(config, "rope_interleave"))
     section = (_get(config, "rope_parameters") or {}).get("mrope_section") if not per_type else None

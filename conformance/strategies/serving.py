@@ -275,7 +275,9 @@ def serving_recipes(
     kv_heads, group, scale, window = None, None, None, "-"
     layer_kinds = pinned_values("attention.layer")
     if layer_kinds and not is_long:  # MODEL-RUN: one of the model's layer kinds (long draws stay small)
-        fitting = [k for k in layer_kinds if (k[2] == k[3]) == all(dqk == dv for dqk, dv in dims)]
+        # A property drawing Dv != Dqk (SERVE-HEAD-DIMS) takes those kinds only, any other Dv = Dqk only.
+        mixed = all(dqk != dv for dqk, dv in dims)
+        fitting = [k for k in layer_kinds if (k[2] != k[3]) == mixed]
         if fitting:
             kv_heads, group, head_dim, value_dim, scale, window = draw(st.sampled_from(fitting))
     return ServingRecipe(
