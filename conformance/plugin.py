@@ -22,8 +22,8 @@ from hypothesis import settings
 
 import conformance.signatures as signatures
 from conformance import activation, failfast, options, profiles, recorder, rerun, spec_index, time_limit
-from conformance import model_profile as models
 from conformance import expectations as manifests
+from conformance import model_profile as models
 from conformance import stream as fast_verdict
 from conformance.activation import state
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices

@@ -164,7 +164,9 @@ def _models(data: dict, source: str) -> dict:
             raise ResultsError(f"{source}: field 'models': {name!r}: expected an object with an 'ops' list")
         for i, use in enumerate(entry["ops"]):
             if not isinstance(use, dict) or not isinstance(use.get("op"), str):
-                raise ResultsError(f"{source}: field 'models': {name!r}: ops[{i}]: expected an object with 'op'")
+                raise ResultsError(
+                    f"{source}: field 'models': {name!r}: ops[{i}]: expected an object with 'op'"
+                )
     return models
 
 

@@ -63,7 +63,9 @@ def tables(document: dict) -> list[tuple[str, str, str, list[dict]]]:
         columns = list(dict.fromkeys(rep.column_of(r).split(" [")[0] for r in document["results"]
                                      if r.get("model") == model))  # fmt: skip
         for column in columns:
-            found.append((model, entry.get("title", model), column, rows(document, model, f"{column} [{model}]")))
+            found.append(
+                (model, entry.get("title", model), column, rows(document, model, f"{column} [{model}]"))
+            )
     return found
 
 

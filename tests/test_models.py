@@ -28,11 +28,12 @@ EXPECTED = {
                                                  "sliding_window": None, "scale": 128**-0.5}, 12),
         ("paged_attention", "sliding_attention"): ({"num_heads": 96, "num_kv_heads": 8, "head_dim": 128,
                                                     "sliding_window": 512, "scale": 128**-0.5}, 33),
-        ("rotary_embedding", "full_attention"): ({"rotary_dim": 64, "rope_theta": 5e6, "is_neox_style": True}, 12),
+        ("rotary_embedding", "full_attention"): ({"rotary_dim": 64, "rope_theta": 5e6,
+                                                  "is_neox_style": True}, 12),
         ("rotary_embedding", "sliding_attention"): ({"rotary_dim": 128, "rope_theta": 1e4}, 33),
         ("gemma_rms_norm", "all"): ({"eps": 1e-5}, 45),
-        ("select_experts", "moe"): ({"num_experts": 288, "top_k": 8, "scoring": "sigmoid", "renormalize": True,
-                                     "uses_correction_bias": True}, 42),
+        ("select_experts", "moe"): ({"num_experts": 288, "top_k": 8, "scoring": "sigmoid",
+                                     "renormalize": True, "uses_correction_bias": True}, 42),
     },
     "gemma2-2b": {
         ("paged_attention", "sliding_attention"): ({"num_heads": 8, "num_kv_heads": 4, "head_dim": 256,
@@ -67,7 +68,8 @@ EXPECTED = {
     },
     "qwen3-30b-a3b": {
         ("paged_attention", "full_attention"): ({"num_heads": 32, "num_kv_heads": 4, "head_dim": 128}, 48),
-        ("select_experts", "moe"): ({"num_experts": 128, "top_k": 8, "scoring": "softmax", "renormalize": True}, 48),
+        ("select_experts", "moe"): ({"num_experts": 128, "top_k": 8, "scoring": "softmax",
+                                     "renormalize": True}, 48),
     },
     "deepseek-v3": {
         ("paged_attention", "full_attention"): ({"num_heads": 128, "num_kv_heads": 128, "head_dim": 192,
@@ -82,7 +84,8 @@ EXPECTED = {
         ("paged_attention", "sliding_attention"): ({"num_heads": 64, "num_kv_heads": 8, "head_dim": 64,
                                                     "sliding_window": 128, "sinks": True}, 12),
         ("paged_attention", "full_attention"): ({"sliding_window": None, "sinks": True}, 12),
-        ("rotary_embedding", "full_attention"): ({"rope_type": "yarn", "factor": 32.0, "rope_theta": 150000.0}, 12),
+        ("rotary_embedding", "full_attention"): ({"rope_type": "yarn", "factor": 32.0,
+                                                  "rope_theta": 150000.0}, 12),
         ("swiglu_oai_and_mul", "moe"): ({"alpha": 1.702, "limit": 7.0, "interleaved": True}, 24),
         ("select_experts", "moe"): ({"num_experts": 32, "top_k": 4, "scoring": "topk_softmax"}, 24),
     },
@@ -93,8 +96,8 @@ EXPECTED = {
     "sana": {
         ("gelu_and_mul", "dense"): ({"approximate": "tanh"}, 26),
         ("dpm_scheduler", "scheduler"): ({"flow_shift": 3.0, "use_flow_sigmas": True,
-                                          "prediction_type": "flow_prediction", "algorithm_type": "dpmsolver++",
-                                          "solver_order": 2}, 0),
+                                          "prediction_type": "flow_prediction",
+                                          "algorithm_type": "dpmsolver++", "solver_order": 2}, 0),
     },
 }  # fmt: skip
 
@@ -119,7 +122,12 @@ def test_builtin_derives_its_published_numbers(name):
         use = _use(derived, op, kind)
         for key, value in params.items():
             got = use.params[key]
-            assert got == pytest.approx(value) if isinstance(value, float) else got == value, (name, op, key, got)
+            assert got == pytest.approx(value) if isinstance(value, float) else got == value, (
+                name,
+                op,
+                key,
+                got,
+            )
         assert len(use.layers) == layers, (name, op, kind, use.layers)
 
 
@@ -215,7 +223,9 @@ def test_results_carry_the_model_and_old_documents_load():
     doc = _document([_case("t::a", "passed", op="rotary_embedding", model="m")], MODELS)
     assert doc["models"] == MODELS and doc["results"][0]["model"] == "m"
     assert "models" not in _document([_case("t::a", "passed", op="rotary_embedding")])
-    with pytest.raises(results.ResultsError, match="field 'models': 'm': expected an object with an 'ops' list"):
+    with pytest.raises(
+        results.ResultsError, match="field 'models': 'm': expected an object with an 'ops' list"
+    ):
         _document([], {"m": {"ops": 3}})
     with pytest.raises(results.ResultsError, match="field 'model': expected a string"):
         _document([_case("t::a", "passed", op="x", model=3)])
@@ -239,11 +249,15 @@ def test_readiness_rows():
         _case("t::c", "not implemented", op="rms_norm", model="m", clauses=("NORM-RMS",)),
         _case("t::d", "passed", op="paged_attention", model="m", clauses=("SERVE",)),
     ], MODELS)  # fmt: skip
-    (model, title, column, rows), = readiness.tables(doc)
+    ((model, title, column, rows),) = readiness.tables(doc)
     assert (model, title, column) == ("m", "M", "acme@cpu")
     got = {r["op"]: (r["implemented"], r["verdict"], r["layers"]) for r in rows}
-    assert got == {"rotary_embedding": ("yes", "fail", "0-2,5"), "rms_norm": ("n/i", "n/i", "0-1"),
-                   "paged_attention": ("yes", "pass", "0"), "layer_windows": ("no case", "no case", "-")}
+    assert got == {
+        "rotary_embedding": ("yes", "fail", "0-2,5"),
+        "rms_norm": ("n/i", "n/i", "0-1"),
+        "paged_attention": ("yes", "pass", "0"),
+        "layer_windows": ("no case", "no case", "-"),
+    }
     text = render.text(doc)
     assert "readiness of acme@cpu for model m (M):" in text and "rotary_dim=64" in text
     assert "## Readiness: m (M) on acme@cpu" in render.markdown(doc)

@@ -132,9 +132,14 @@ LLAMA31_8B = ModelProfile(
         "max_position_embeddings": 131072,
         "rms_norm_eps": 1e-5,
         "hidden_act": "silu",
-        "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                            "original_max_position_embeddings": 8192},  # fmt: skip
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },  # fmt: skip
         "vocab_size": 128256,
     },
     source="meta-llama/Llama-3.1-8B config.json as copied into hub derivatives (not LlamaConfig's "
@@ -209,8 +214,14 @@ DEEPSEEK_V3 = ModelProfile(
         "max_position_embeddings": 163840,
         "rms_norm_eps": 1e-6,
         "hidden_act": "silu",
-        "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 1.0,
-                            "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096},  # fmt: skip
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 40.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096,
+        },  # fmt: skip
         "n_routed_experts": 256,
         "num_experts_per_tok": 8,
         "n_group": 8,
@@ -240,9 +251,15 @@ GPT_OSS_20B = ModelProfile(
         "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(24)],
         "max_position_embeddings": 131072,
         "rms_norm_eps": 1e-5,
-        "rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
-                            "beta_slow": 1.0, "original_max_position_embeddings": 4096,
-                            "truncate": False},  # fmt: skip
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 150000.0,
+            "factor": 32.0,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "original_max_position_embeddings": 4096,
+            "truncate": False,
+        },  # fmt: skip
         "num_local_experts": 32,
         "num_experts_per_tok": 4,
         "swiglu_limit": 7.0,
@@ -283,8 +300,11 @@ SANA = ModelProfile(
     config=GEMMA2_2B.config,
     source="spec/scheduler.md DPM-CONFIG (SANA's scheduler), MODEL-GEMMA2 (its text encoder); "
     "spec/models.md MODEL-SANA",
-    ops=(("encoder_attention_mask", "text-encoder"), ("prefill_attention", "text-encoder"),
-         ("silu_and_mul", "dit")),
+    ops=(
+        ("encoder_attention_mask", "text-encoder"),
+        ("prefill_attention", "text-encoder"),
+        ("silu_and_mul", "dit"),
+    ),
 )
 # DPM-CONFIG's SANA line: these three keys, the rest diffusers' DPMSolverMultistepScheduler defaults.
 SANA_SCHEDULER = {"prediction_type": "flow_prediction", "use_flow_sigmas": True, "flow_shift": 3.0}

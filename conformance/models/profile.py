@@ -143,7 +143,9 @@ def _attention(derived: Derived, config) -> None:
             head_dim = int(_get(layer, "head_dim", None) or _get(config, "hidden_size") // heads)
             value_dim = head_dim
         scale = _scale(config, float(_get(config, "query_pre_attn_scalar", head_dim)) ** -0.5)
-        kind = layer_types[i] if i < len(layer_types) else ("sliding_attention" if window else "full_attention")
+        kind = (
+            layer_types[i] if i < len(layer_types) else ("sliding_attention" if window else "full_attention")
+        )
         params = {"num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim, "value_dim": value_dim,
                   "sliding_window": window, "softcap": softcap, "sinks": sinks, "scale": scale}  # fmt: skip
         derived.add("paged_attention", kind, params, i)
@@ -167,13 +169,19 @@ def _rope(derived: Derived, config) -> None:
     layer_types = list(_get(config, "layer_types", None) or [
         "sliding_attention" if w else "full_attention" for w in layer_windows(config)])  # fmt: skip
     per_type = _per_type_rope(config)
-    interleaved = _get(config, "model_type") in INTERLEAVE_FLAG_TYPES and bool(_get(config, "rope_interleave"))
+    interleaved = _get(config, "model_type") in INTERLEAVE_FLAG_TYPES and bool(
+        _get(config, "rope_interleave")
+    )
     section = (_get(config, "rope_parameters") or {}).get("mrope_section") if not per_type else None
     op = "mrope" if section else "rotary_embedding"
     for i, kind in enumerate(layer_types):
         d = rope_parameters(config, kind if per_type else None)
         if _get(config, "qk_rope_head_dim"):  # MLA: only the rope part of q/k rotates
-            d = {**d, "head_dim": int(_get(config, "qk_rope_head_dim")), "rotary_dim": int(_get(config, "qk_rope_head_dim"))}
+            d = {
+                **d,
+                "head_dim": int(_get(config, "qk_rope_head_dim")),
+                "rotary_dim": int(_get(config, "qk_rope_head_dim")),
+            }
         layer = _layer(config, i)
         heads = int(_get(layer, "num_attention_heads"))
         kv_heads = int(_get(layer, "num_key_value_heads", heads))
@@ -246,7 +254,9 @@ def _moe(derived: Derived, config, moe_layers: set[int]) -> None:
     if not moe_layers:
         return
     routing = moe_router_config(config)
-    experts = int(_get(config, "n_routed_experts") or _get(config, "num_local_experts") or _get(config, "num_experts"))
+    experts = int(
+        _get(config, "n_routed_experts") or _get(config, "num_local_experts") or _get(config, "num_experts")
+    )
     params = {"num_experts": experts, **routing}
     for i in sorted(moe_layers):
         derived.add("select_experts", "moe", params, i)

@@ -18,7 +18,14 @@ import torch
 from hypothesis import strategies as st
 
 from conformance.strategies.attention import softmax_scales
-from conformance.strategies.common import FLOAT_DTYPES, pinned, pinned_values, row_strided_view, seeds, strided_view
+from conformance.strategies.common import (
+    FLOAT_DTYPES,
+    pinned,
+    pinned_values,
+    row_strided_view,
+    seeds,
+    strided_view,
+)
 
 BLOCK_SIZES = (1, 2, 3, 5, 8, 16, 128)
 SAME_DIMS = ((16, 16), (32, 32), (64, 64), (128, 128))

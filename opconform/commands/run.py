@@ -51,10 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "its remaining cases there (--opconform-first-failure); "
                              "exit 1 on a failure")  # fmt: skip
     parser.add_argument("--model", default=None, metavar="NAME",
-                        help="also run the properties at a built-in model profile's parameters (spec/models.md) "
-                             "and print its readiness table")  # fmt: skip
+                        help="also run the properties at a built-in model profile's parameters "
+                             "(spec/models.md) and print its readiness table")  # fmt: skip
     parser.add_argument("--model-config", default=None, metavar="PATH",
-                        help="like --model, for a local config.json (read with transformers' class)")  # fmt: skip
+                        help="like --model, for a local config.json (read with transformers' "
+                             "class)")  # fmt: skip
     parser.add_argument("--model-only", action="store_true",
                         help="with --model or --model-config: skip the generic run")  # fmt: skip
     parser.add_argument("--out", default="opconform-report", metavar="DIR",
@@ -164,7 +165,9 @@ def model_options(args: argparse.Namespace) -> list[str]:
     return []
 
 
-def pytest_run(args: argparse.Namespace, report_json: Path, extra: list[str]) -> tuple[int | None, dict | None]:
+def pytest_run(
+    args: argparse.Namespace, report_json: Path, extra: list[str]
+) -> tuple[int | None, dict | None]:
     """One pytest run writing ``report_json``: (exit status, None) when it refused or wrote nothing,
     else (None, its document)."""
     report_json.unlink(missing_ok=True)
