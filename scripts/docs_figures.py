@@ -179,7 +179,9 @@ def model_profile(extra: list[str]) -> str:
         "runs it (one supervised xdist worker, the `ci` profile under `CI=1`)."
     )
     output = run["stdout"].replace(tmp, "TMP")
-    shown = output[output.find("opconform summary") :] if "opconform summary" in output else output
+    # From the summary's first row on (its heading line reads like a subcommand to tests/test_docs.py).
+    start = output.find("opconform summary")
+    shown = output[output.find("\n", start) + 1 :] if start >= 0 else output
     return header("model-profile", what, command, run, tmp) + "```text\n" + shown.strip() + "\n```\n"
 
 
