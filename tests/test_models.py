@@ -91,7 +91,8 @@ EXPECTED = {
     },
     "qwen2-vl-7b": {
         ("paged_attention", "full_attention"): ({"num_heads": 28, "num_kv_heads": 4, "head_dim": 128}, 28),
-        ("mrope", "full_attention"): ({"mrope_section": [16, 24, 24], "rope_theta": 1e6}, 28),
+        ("mrope", "full_attention"): ({"mrope_section": [16, 24, 24], "mrope_interleaved": False,
+                                       "rope_theta": 1e6}, 28),
     },
     "sana": {
         ("gelu_and_mul", "dense"): ({"approximate": "tanh"}, 26),

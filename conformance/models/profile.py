@@ -189,7 +189,12 @@ def _rope(derived: Derived, config) -> None:
                   "head_dim": d["head_dim"], "is_neox_style": not interleaved}  # fmt: skip
         params.update({k: d[k] for k in ("factor", "original_max_position_embeddings") if k in d})
         if section:
-            params["mrope_section"] = list(section)
+            interleaved_sections = bool(
+                (_get(config, "rope_parameters") or {}).get("mrope_interleaved", False)
+            )
+            params.update(mrope_section=list(section), mrope_interleaved=interleaved_sections)
+            derived.pin("rope.mrope", (d["rotary_dim"], d["head_dim"], heads, kv_heads, tuple(section),
+                                       interleaved_sections))  # fmt: skip
         derived.add(op, kind, params, i)
         derived.pin("rope.layer", (d["rotary_dim"], d["head_dim"], heads, kv_heads))
     derived.rope_styles = (not interleaved,)

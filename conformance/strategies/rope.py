@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
@@ -42,6 +42,9 @@ class RopeRecipe:
     strided: bool = False
     attention_factor: float = 1.0
     mrope: bool = False
+    # MODEL-RUN: a model's mrope sections and their layout (a profile run only; None: the property's).
+    mrope_section: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+    mrope_interleaved: bool | None = field(default=None, repr=False, compare=False)
 
     def positions(self) -> torch.Tensor:
         gen = torch.Generator().manual_seed(self.seed)
@@ -76,6 +79,7 @@ class RopeRecipe:
             f"T {self.tokens}, Hq {self.q_heads}, Hk {self.k_heads}, rotary_dim {self.rotary_dim} of "
             f"head_dim {self.head_dim}, {str(self.dtype)[6:]} (cache {str(self.cache_dtype)[6:]}), "
             f"positions {self.mode} from {self.offset}{', strided' if self.strided else ''}"
+            + (f", mrope_section {list(self.mrope_section)}" if self.mrope_section else "")
         )
 
 
@@ -126,6 +130,12 @@ def rope_recipes(
         rotary_dim, head_dim, q_heads, k_heads = draw(st.sampled_from(kinds))
         recipe = dataclasses.replace(recipe, rotary_dim=rotary_dim, head_dim=head_dim, q_heads=q_heads,
                                      k_heads=k_heads)  # fmt: skip
+    mrope_kinds = pinned_values("rope.mrope") if mrope else None
+    if mrope_kinds:  # (rotary_dim, head_dim, q heads, k heads, sections, interleaved)
+        rotary_dim, head_dim, q_heads, k_heads, section, interleaved = draw(st.sampled_from(mrope_kinds))
+        recipe = dataclasses.replace(recipe, rotary_dim=rotary_dim, head_dim=head_dim, q_heads=q_heads,
+                                     k_heads=k_heads, mrope_section=section,
+                                     mrope_interleaved=interleaved)  # fmt: skip
     return recipe
 
 
