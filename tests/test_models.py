@@ -300,3 +300,18 @@ def test_run_model_option_errors(tmp_path, capsys):
     ):
         assert run_command.run(parser.parse_args([*argv, "--out", str(tmp_path)])) == 2
         assert message in capsys.readouterr().err
+
+
+def test_step_config_with_limit_lists_pins_each_layers_limit(tmp_path):
+    """A Step-3.5 config.json with its limit lists: each layer's limit by ACT-LIMIT-CONFIG (0 -> no
+    clamp), routed and shared apart, and the clamp's strategy pinned to those values."""
+    fields = {**builtin.STEP3P5.config, "swiglu_limits": [0.0] * 3 + [7.0] * 42,
+              "swiglu_limits_shared": [0.0] * 3 + [16.0] * 42}  # fmt: skip
+    path = tmp_path / "config.json"
+    configs.config_class(builtin.STEP3P5.config_class)(**fields).to_json_file(str(path))
+    derived = configs.from_file(path)
+    limits = {
+        (u.kind, u.params["limit"], len(u.layers)) for u in derived.uses if u.op == "swiglu_step_and_mul"
+    }
+    assert limits == {("dense", None, 3), ("moe-routed", 7.0, 42), ("moe-shared", 16.0, 42)}
+    assert set(derived.pins["activation.limit"]) == {None, 7.0, 16.0}

@@ -223,6 +223,8 @@ def _activation(derived: Derived, config, moe_layers: set[int]) -> None:
         params = {"alpha": 1.702, "limit": float(_get(config, "swiglu_limit")), "interleaved": True}
         for i in range(layers):
             derived.add("swiglu_oai_and_mul", "moe", params, i)
+        for key in ("alpha", "limit", "interleaved"):
+            derived.pin(f"activation.oai_{key}", params[key])
         return
     act = _get(config, "hidden_activation") or _get(config, "hidden_act")
     op, params = GATED_ACTS[act]
@@ -286,11 +288,25 @@ def derive(config, *, name: str, title: str = "") -> Derived:
 
 def scheduler_uses(derived: Derived, scheduler_config: dict) -> None:
     """MODEL-SANA: the DPM-Solver++ step with the scheduler configuration's fields that define it."""
-    keys = ("algorithm_type", "solver_order", "solver_type", "prediction_type", "num_train_timesteps",
-            "beta_schedule", "beta_start", "beta_end", "lower_order_final", "use_karras_sigmas",
-            "use_flow_sigmas", "flow_shift", "timestep_spacing", "final_sigmas_type")  # fmt: skip
+    keys = (
+        "num_train_timesteps",
+        "beta_schedule",
+        "solver_order",
+        "prediction_type",
+        "algorithm_type",
+        "solver_type",
+        "lower_order_final",
+        "euler_at_final",
+        "use_flow_sigmas",
+        "flow_shift",
+        "final_sigmas_type",
+        "timestep_spacing",
+    )  # fmt: skip (the keys DPM-CONFIG's draws give)
     params = {k: scheduler_config[k] for k in keys if k in scheduler_config}
     derived.add("dpm_scheduler", "scheduler", params, None)
+    derived.pin("scheduler.config", params)
+    if params.get("algorithm_type") != "sde-dpmsolver++":
+        derived.unused_clauses["DPM-SDE3"] = "an ODE solver (dpmsolver++)"
 
 
 def jsonable(value: Any):
