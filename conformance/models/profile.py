@@ -152,6 +152,7 @@ def _attention(derived: Derived, config) -> None:
         derived.add("write_kv_cache", kind, {"num_kv_heads": kv_heads, "head_dim": head_dim,
                                              "value_dim": value_dim}, i)  # fmt: skip
         derived.pin("attention.layer", (kv_heads, heads // kv_heads, head_dim, value_dim, scale, window))
+        derived.pin("kv.layer", (kv_heads, head_dim, value_dim))
         derived.pin("attention.window", window)
         derived.pin("attention.softcap", softcap)
     derived.add("layer_windows", "all", {"windows": sorted({w for w in windows if w})}, None)

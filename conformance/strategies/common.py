@@ -48,6 +48,11 @@ def pinned_values(key: str, *, present: bool = False) -> tuple | None:
     return values or None
 
 
+def dims_fit(key_dim: int, value_dim: int, dims) -> bool:
+    """Whether a model's (Dk, Dv) is of a kind the property's ``dims`` draws (equal, or not)."""
+    return any((dk != dv) == (key_dim != value_dim) for dk, dv in dims)
+
+
 def pinned(key: str, default, *, present: bool = False):
     """MODEL-RUN: the strategy for a parameter a model profile fixes: its values (``st.just`` of one,
     ``sampled_from`` of one per layer kind) in a profile run; ``default`` itself otherwise."""

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from conformance.strategies.attention import softmax_scales
 from conformance.strategies.common import (
     FLOAT_DTYPES,
+    dims_fit,
     pinned,
     pinned_values,
     row_strided_view,
@@ -282,9 +283,8 @@ def serving_recipes(
     kv_heads, group, scale, window = None, None, None, "-"
     layer_kinds = pinned_values("attention.layer")
     if layer_kinds and not is_long:  # MODEL-RUN: one of the model's layer kinds (long draws stay small)
-        # A property drawing Dv != Dqk (SERVE-HEAD-DIMS) takes those kinds only, any other Dv = Dqk only.
-        mixed = all(dqk != dv for dqk, dv in dims)
-        fitting = [k for k in layer_kinds if (k[2] != k[3]) == mixed]
+        # Dv != Dqk kinds only for a property drawing such dims (SERVE-HEAD-DIMS), Dv = Dqk ones likewise.
+        fitting = [k for k in layer_kinds if dims_fit(k[2], k[3], dims)]
         if fitting:
             kv_heads, group, head_dim, value_dim, scale, window = draw(st.sampled_from(fitting))
     return ServingRecipe(
