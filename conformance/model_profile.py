@@ -40,8 +40,51 @@ def derived(config):
     return config.stash.get(MODEL, None)
 
 
-def activate(config) -> None:
+class BackendPins:
+    """MODEL-BACKEND: the cases of a backend that declares ``opconform_model = NAME`` (a mutant wrong
+    only at that model's parameters) are drawn at that profile's pins, the run's own pins around
+    them. Registered only when a selected backend declares one."""
+
+    def __init__(self):
+        self.cache: dict[str, dict] = {}
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
+        name = getattr(backend, BACKEND_MODEL, None)
+        if not isinstance(name, str):
+            return (yield)
+        from conformance.models import configs
+        from conformance.strategies import common
+
+        if name not in self.cache:
+            self.cache[name] = configs.by_name(name).pins
+        saved = common.pinned_table()
+        common.pin_model(self.cache[name])
+        try:
+            return (yield)
+        finally:
+            common.pin_model(saved)
+
+
+BACKEND_MODEL = "opconform_model"  # the attribute a backend declares its model with
+
+
+def activate(config, backends=()) -> None:
     """Derive the profile and pin the strategies (once, in every process: xdist workers too)."""
+    declared = {
+        b.name: getattr(b, BACKEND_MODEL) for b in backends if getattr(b, BACKEND_MODEL, None) is not None
+    }
+    if declared:
+        from conformance.models import builtin
+
+        bad = {n: m for n, m in declared.items() if m not in builtin.BUILTIN}
+        if bad:
+            raise pytest.UsageError(
+                f"backend(s) {sorted(bad)}: {BACKEND_MODEL} names no built-in model "
+                f"({sorted(set(map(str, bad.values())))}); built-in models: {sorted(builtin.BUILTIN)}"
+            )
+        config.pluginmanager.register(BackendPins(), "opconform-backend-model")
     name, path = config.getoption("opconform_model", None), config.getoption("opconform_model_config", None)
     if name is None and path is None:
         return

@@ -245,7 +245,7 @@ def activate(config) -> None:
         seed=config.getoption("hypothesis_seed", None),
         timeout=config.getoption("opconform_timeout"),
     )
-    models.activate(config)  # --opconform-model: the profile's pins, its rerun option
+    models.activate(config, run.backends)  # --opconform-model: the profile's pins, its rerun option
     config.stash[activation.STATE] = run
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(recorder.ResultsRecorder(config), "opconform-results")

@@ -78,8 +78,6 @@ def run_batch(module_name: str, *, profile: str, workdir: Path, extra: list[str]
         f"--backend-module={module_name}:BACKENDS", f"--hypothesis-profile={profile}",
         f"--opconform-json={report}", *extra,
     ]  # fmt: skip
-    if getattr(module, "MODEL", None):  # a model-profile mutant runs at its model's parameters
-        command.append(f"--opconform-model={module.MODEL}")
     started = time.monotonic()
     proc = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
     if not report.exists():

@@ -1,7 +1,7 @@
 """Model profiles (spec/models.md): each built-in against its config class and its sources' numbers,
 the config.json round trip, the pins, the plugin's deselection, the results' model field, the
-column per model in merge and the readiness table. In-process; the profile run's mutant is killed
-through the real entry point by tests/test_mutants.py (family ``models``)."""
+column per model in merge and the readiness table. In-process; the model mutant is killed through
+the real entry point by tests/test_mutants.py (family ``rope``, which lists it)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from conformance import results
 from conformance.models import builtin, configs
 from conformance.strategies import common
 from conformance.strategies.rope import rope_recipes
-from mutants import models as model_mutants
+from mutants import _models as model_mutants
 from opconform import readiness, render, report
 from opconform.commands import run as run_command
 
@@ -315,3 +315,39 @@ def test_step_config_with_limit_lists_pins_each_layers_limit(tmp_path):
     }
     assert limits == {("dense", None, 3), ("moe-routed", 7.0, 42), ("moe-shared", 16.0, 42)}
     assert set(derived.pins["activation.limit"]) == {None, 7.0, 16.0}
+
+
+def test_a_backend_declaring_its_model_is_drawn_at_that_profile():
+    """MODEL-BACKEND: around a case of a backend with ``opconform_model``, the pins are that model's;
+    the run's own (none here) are back afterwards, and other backends' cases are left alone."""
+    from types import SimpleNamespace
+
+    from conformance import model_profile
+
+    def item(backend):
+        return SimpleNamespace(callspec=SimpleNamespace(params={"backend": backend}))
+
+    hook = model_profile.BackendPins().pytest_runtest_call
+    inside = hook(item(model_mutants.BACKENDS[0]))
+    next(inside)
+    assert set(common.pinned_values("rope.layer")) == set(configs.by_name("step3p5").pins["rope.layer"])
+    with pytest.raises(StopIteration):
+        inside.send(None)
+    assert common.pinned_table() == {}
+    plain = hook(item(SimpleNamespace(name="plain")))
+    next(plain)
+    assert common.pinned_table() == {}
+    with pytest.raises(StopIteration):
+        plain.send(None)
+
+
+def test_a_backend_declaring_an_unknown_model_is_a_usage_error():
+    from types import SimpleNamespace
+
+    from conformance import model_profile
+
+    backend = SimpleNamespace(name="acme", opconform_model="nope")
+    with pytest.raises(
+        pytest.UsageError, match=r"backend\(s\) \['acme'\]: opconform_model names no built-in model"
+    ):
+        model_profile.activate(SimpleNamespace(), [backend])

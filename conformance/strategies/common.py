@@ -39,6 +39,11 @@ def pin_model(pins: dict[str, tuple]) -> None:
     _PINNED.update({key: tuple(values) for key, values in pins.items()})
 
 
+def pinned_table() -> dict[str, tuple]:
+    """A copy of this process's pins (to restore after a backend's own, MODEL-BACKEND)."""
+    return dict(_PINNED)
+
+
 def pinned_values(key: str, *, present: bool = False) -> tuple | None:
     """The profile's values of ``key`` (without None when ``present``), or None when not pinned
     (no profile, the key not fixed by it, or nothing left)."""

@@ -1,8 +1,10 @@
-"""Model-profile mutants (spec/models.md, MODEL-RUN): bugs that only a model's own parameters reach.
+"""Model-profile mutants (spec/models.md, MODEL-RUN): bugs that only a model's own parameters reach
+(listed by ``mutants/rope.py``).
 
-Each is wrong at one fixed parameter that the generic draws never take, so the generic run passes
-it and the named model's profile run (``MODEL``, passed as ``--opconform-model`` by the mutation
-runner) must catch it. Each docstring says the bug, its origin and the clauses that catch it.
+Each is wrong at one fixed parameter that the generic draws never take, so a generic run passes
+it; each declares the profile it is wrong at (``opconform_model``), and the plugin draws that
+backend's cases at that model's parameters (MODEL-BACKEND), where its clauses must catch it. Each
+docstring says the bug, its origin and the clauses that catch it.
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ from backends import rope as native_rope
 from backends.native import NativeBackend
 from reference.rope import validate_rope_args
 
-# The conformance modules that must catch these mutants, and the profile they run at.
-PROPERTIES = ["conformance.test_rope"]
-MODEL = "step3p5"
+MODEL = "step3p5"  # the profile these mutants are wrong at
 TILE = 64  # the rotary width the kernel mis-handles (Step-3.5's full-attention layers: 128 * 0.5)
 
 
@@ -31,6 +31,7 @@ class RotaryDim64LastPair(NativeBackend):
 
     name = "model-rope-dim64-last-pair"
     clauses = {"ROPE-APPLY", "ROPE-PARTIAL"}
+    opconform_model = MODEL
 
     def rotary_embedding(self, positions, query, key, cos_sin_cache, *, is_neox_style):
         validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style)
