@@ -27,6 +27,8 @@ OPTIONS = (
     ("opconform_backend_maxfail", None),
     ("opconform_first_failure", False),
     ("focus_declared_clauses", False),
+    ("opconform_model", None),
+    ("opconform_model_config", None),
 )
 # Top-level packages of the distribution that a user's project may shadow (their names are fixed).
 SIBLINGS = ("backends", "reference")

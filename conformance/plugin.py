@@ -23,6 +23,7 @@ from hypothesis import settings
 import conformance.signatures as signatures
 from conformance import activation, failfast, options, profiles, recorder, rerun, spec_index, time_limit
 from conformance import expectations as manifests
+from conformance import model_profile as models
 from conformance import stream as fast_verdict
 from conformance.activation import state
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
@@ -43,8 +44,7 @@ WARNING_FILTERS = (
 
 
 def _registry():
-    """The ``backends`` registry, imported only once the plugin is active (a user's own
-    ``backends`` package must never be imported by the plugin of an unrelated run)."""
+    """The ``backends`` registry, imported only once the plugin is active (never in an unrelated run)."""
     import backends
 
     return backends
@@ -74,12 +74,8 @@ def pytest_addoption(parser):
         metavar="NAME",
         help=f"device type to test on (repeatable; one of {KNOWN_DEVICE_TYPES}; default: every present one)",
     )
-    group.addoption(
-        "--opconform-json",
-        default=None,
-        metavar="PATH",
-        help="write every case's outcome, clauses, backend and device as JSON",
-    )
+    group.addoption("--opconform-json", default=None, metavar="PATH",
+                    help="write every case's outcome, clauses, backend and device as JSON")  # fmt: skip
     group.addoption(
         "--focus-declared-clauses",
         action="store_true",
@@ -116,6 +112,7 @@ def pytest_addoption(parser):
         metavar="PATH",
         help="expectations manifest (TOML) or a directory of them (repeatable): declared deviations",
     )
+    models.add_options(group)
 
 
 def _load_module_backends(spec: str) -> list:
@@ -248,6 +245,7 @@ def activate(config) -> None:
         seed=config.getoption("hypothesis_seed", None),
         timeout=config.getoption("opconform_timeout"),
     )
+    models.activate(config, run.backends)  # --opconform-model: the profile's pins, its rerun option
     config.stash[activation.STATE] = run
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(recorder.ResultsRecorder(config), "opconform-results")
@@ -278,6 +276,7 @@ def pytest_collection_modifyitems(config, items):
         return
     rerun.remember(config, items)
     recorder.note_collection(config, items)
+    models.deselect(config, items)
     if not config.getoption("focus_declared_clauses"):
         return
     kept, dropped = [], []

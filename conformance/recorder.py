@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conformance import errors, failure_capture, failure_record, rerun, results
+from conformance import errors, failure_capture, failure_record, model_profile, rerun, results
 from conformance import expectations as manifests
 from conformance.activation import state
 from conformance.results import Case, ExpectationVerdict, Failure, Outcome
@@ -358,7 +358,7 @@ class ResultsRecorder:
         for case in self.results:
             if case.outcome is Outcome.CRASH:
                 crash_facts(case, tests)
-        return results.Document(
+        return model_profile.annotate(self.config, results.Document(
             meta={
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "host": platform.node(),
@@ -378,7 +378,7 @@ class ResultsRecorder:
             clauses={c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()},
             expectations=expectations,
             results=sorted(self.results, key=lambda c: (c.nodeid, c.when)),
-        )
+        ))  # fmt: skip
 
     def pytest_sessionfinish(self, session, exitstatus):
         path = self.config.getoption("opconform_json")

@@ -96,6 +96,7 @@ class Case:
     reason: str | None = None  # the skip or expected-failure reason
     message: str | None = None
     run: str | None = None  # the run a merged case came from
+    model: str | None = None  # the model profile the case ran at (spec/models.md, MODEL-REPORT)
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
 
 
@@ -112,12 +113,15 @@ class Document:
     duration: float = 0.0
     version: int = VERSION
     meta: dict[str, Any] = field(default_factory=dict)  # host, created, torch, profile, args, ...
+    # MODEL-REPORT: model name -> {"title", "ops": [{op, kind, params, layers}]} of a profile run.
+    models: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
             "schema": SCHEMA,
             "version": self.version,
             **self.meta,
+            **({"models": self.models} if self.models else {}),
             "backends": self.backends,
             "devices": self.devices,
             "duration": self.duration,
@@ -148,7 +152,22 @@ class Document:
             duration=float(_typed(data, "duration", (int, float), source) or 0.0),
             version=data["version"],
             meta={k: v for k, v in data.items() if k not in known},
+            models=_models(data, source),
         )
+
+
+def _models(data: dict, source: str) -> dict:
+    """MODEL-REPORT: the ``models`` table (absent in a generic run's or an older document)."""
+    models = _typed(data, "models", dict, source) or {}
+    for name, entry in models.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("ops"), list):
+            raise ResultsError(f"{source}: field 'models': {name!r}: expected an object with an 'ops' list")
+        for i, use in enumerate(entry["ops"]):
+            if not isinstance(use, dict) or not isinstance(use.get("op"), str):
+                raise ResultsError(
+                    f"{source}: field 'models': {name!r}: ops[{i}]: expected an object with 'op'"
+                )
+    return models
 
 
 def _typed(data: dict, key: str, kind, source: str):
@@ -178,7 +197,7 @@ def case_to_dict(case: Case) -> dict:
         value = getattr(case, key)
         if value is not None:
             data[key] = {f.name: getattr(value, f.name) for f in fields(value)}
-    for key in ("reason", "message", "run"):
+    for key in ("reason", "message", "run", "model"):
         if getattr(case, key) is not None:
             data[key] = getattr(case, key)
     return {**data, **case.extra}
@@ -216,10 +235,17 @@ def case_from_dict(data: Any, source: str) -> Case:
             reason=data.get("reason"),
             message=data.get("message"),
             run=data.get("run"),
+            model=_model_name(data.get("model"), source),
             extra={k: v for k, v in data.items() if k not in names},
         )
     except (TypeError, ValueError) as exc:
         raise ResultsError(f"{source}: {exc}") from None
+
+
+def _model_name(value: Any, source: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ResultsError(f"{source}: field 'model': expected a string, got {value!r}")
+    return value
 
 
 def read_json(path: str | Path, error: type[Exception], *, missing: str, kind: str) -> Any:

@@ -23,6 +23,7 @@ from conformance.strategies.activations import (
     situ_linear_betas,
     small_limits,
 )
+from conformance.strategies.common import pinned
 from conformance.tolerances import (
     oai_up_scale,
     rounded_atol_scale,
@@ -168,7 +169,7 @@ def test_silu_and_mul_matches_oracle(backend, device, recipe):
 
 @pytest.mark.clause("ACT-SWIGLU-STEP")
 @pytest.mark.op("swiglu_step_and_mul")
-@given(recipe=gated_inputs(), limit=st.one_of(st.none(), clamp_limits()))
+@given(recipe=gated_inputs(), limit=pinned("activation.limit", st.one_of(st.none(), clamp_limits())))
 def test_swiglu_step_matches_oracle(backend, device, recipe, limit):
     """swiglu_step_and_mul equals silu(gate).clamp(max=limit) * up.clamp(-limit, limit)."""
     x = recipe.make(device)

@@ -31,7 +31,9 @@ def _compare(
 ):
     positions, q, k, cache = recipe.make(device)
     kwargs = {"is_neox_style": is_neox_style}
-    if op == "mrope":
+    if op == "mrope" and recipe.mrope_section is not None:  # a model's sections (spec/models.md, MODEL-RUN)
+        kwargs.update(mrope_section=list(recipe.mrope_section), mrope_interleaved=recipe.mrope_interleaved)
+    elif op == "mrope":
         kwargs.update(mrope_section=_sections(recipe.rotary_dim), mrope_interleaved=recipe.seed % 2 == 0)
     # The oracle first, on copies (as vLLM's kernel tests do): an in-place kernel that writes its
     # inputs is ROPE-PURE's failure, not a wrong value here.

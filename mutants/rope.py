@@ -10,6 +10,7 @@ import torch
 from backends import rope as native_rope
 from backends.native import NativeBackend
 from backends.npu import AscendBackend, emulator_unavailable, load_emulator
+from mutants import _models as model_profiles
 from mutants import _rope_config as config_readers
 from reference.rope import validate_rope_args
 
@@ -296,4 +297,5 @@ BACKENDS = [
     FloatPositionsAccepted(),
     InPlaceWithoutCopy(),
     *config_readers.BACKENDS,  # ROPE-PARAMS, ROPE-FREQ*, ROPE-LAYER, ROPE-SOFTMAX-SCALE
+    *model_profiles.BACKENDS,  # wrong only at a model's parameters (spec/models.md, MODEL-BACKEND)
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 
+from opconform import readiness
 from opconform import render_failures as failures
 from opconform import report as rep
 
@@ -68,6 +69,7 @@ def text(document: dict) -> str:
     lines = ["opconform summary (cases per backend@device):"]
     for column, counts in rep.backend_summary(document).items():
         lines.append("  " + _summary_line(column, counts))
+    lines += readiness.text_lines(document)  # a model profile run's (MODEL-READINESS)
     rows, omitted = matrix_rows(matrix, checked_only=True)
     width = max([len(r) for r in rows] + [6])
     widths = [max(len(c), 9) for c in matrix.columns]
@@ -128,6 +130,7 @@ def markdown(document: dict) -> str:
     lines.append("|---" * (len(rep.STATES) + 1) + "|")
     for column, counts in rep.backend_summary(document).items():
         lines.append(f"| {column} | " + " | ".join(str(counts[s]) for s in rep.STATES) + " |")
+    lines += readiness.markdown_lines(document)
     lines += ["", "## Matrix", "", "| family | clause | " + " | ".join(matrix.columns) + " |"]
     lines.append("|---" * (len(matrix.columns) + 2) + "|")
     rows, omitted = matrix_rows(matrix, checked_only=False)
@@ -208,7 +211,7 @@ def html_page(document: dict) -> str:
     esc = html.escape
     matrix = rep.build_matrix(document)
     backends = sorted({c.split("@")[0] for c in matrix.columns})
-    devices = sorted({c.split("@")[1] for c in matrix.columns})
+    devices = sorted({c.split("@")[1].split(" [")[0] for c in matrix.columns})
     families = sorted({matrix.families.get(r, "-") for r in matrix.rows})
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -231,7 +234,7 @@ def html_page(document: dict) -> str:
     for column, counts in rep.backend_summary(document).items():
         parts.append(f"<tr><td>{esc(column)}</td>" + "".join(f"<td>{counts[s]}</td>" for s in rep.STATES))
         parts.append("</tr>")
-    parts.append("</table><h2>Matrix</h2><div id='filters'>")
+    parts += ["</table>", *readiness.html_parts(document), "<h2>Matrix</h2><div id='filters'>"]
     parts += [
         _options("f-family", "family", families),
         _options("f-backend", "backend", backends),
@@ -239,7 +242,7 @@ def html_page(document: dict) -> str:
         "</div><table id='matrix'><thead><tr><th>family</th><th>clause</th>",
     ]
     for column in matrix.columns:
-        backend, device = column.split("@")
+        backend, device = column.split(" [")[0].split("@")
         parts.append(
             f"<th data-column data-backend='{esc(backend)}' data-device='{esc(device)}'>{esc(column)}</th>"
         )
@@ -252,7 +255,7 @@ def html_page(document: dict) -> str:
             f"<td title='{esc(matrix.titles.get(row, ''))}'>{esc(row)}</td>"
         )
         for column in matrix.columns:
-            backend, device = column.split("@")
+            backend, device = column.split(" [")[0].split("@")
             cell = matrix.cell(row, column)
             state_class = _CLASS[cell.state] if cell else "none"
             title = "; ".join(cell.reasons) if cell else (matrix.rules.get(row) or "not run")

@@ -56,7 +56,9 @@ def case_state(result: dict) -> str:
 
 
 def column_of(result: dict) -> str:
-    return f"{result.get('backend') or '-'}@{result.get('device') or '-'}"
+    """``backend@device``, and `` [model]`` for a case of a model profile run (MODEL-REPORT)."""
+    model = f" [{result['model']}]" if result.get("model") else ""
+    return f"{result.get('backend') or '-'}@{result.get('device') or '-'}{model}"
 
 
 @dataclass
@@ -248,13 +250,15 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         merged["absent_devices"].update(document.get("absent_devices") or {})
         for key in ("backends", "devices"):
             merged[key] += [v for v in document.get(key) or [] if v not in merged[key]]
+        if document.get("models"):  # MODEL-REPORT: each profile run's model table
+            merged.setdefault("models", {}).update(document["models"])
         for clause, info in (document.get("clauses") or {}).items():
             merged["clauses"].setdefault(clause, info)
         merged["expectations"] += [{**e, "run": name} for e in document.get("expectations") or []]
         merged["warnings"] += [f"{name}: {w}" for w in document.get("warnings") or []]
         records: dict[str, list[dict]] = defaultdict(list)  # a case may have call and teardown records
         for result in document["results"]:
-            records[result["nodeid"]].append({**result, "run": name})
+            records[_case_key(result)].append({**result, "run": name})
         for nodeid, now in records.items():
             was = cases.get(nodeid)
             states = (
@@ -276,7 +280,8 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
 
 
 def _case_key(result: dict) -> str:
-    return result["nodeid"]
+    """A case: its node id, and its model in a profile run (the generic case is another one)."""
+    return result["nodeid"] + (f" [{result['model']}]" if result.get("model") else "")
 
 
 def diff(old: dict, new: dict) -> dict:

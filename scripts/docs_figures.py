@@ -9,6 +9,7 @@ machine was idle). Run from the checkout, one page at a time:
     python scripts/docs_figures.py bench [-- BENCH_ARGS]           # opconform bench (default: the
                                                                    # oracle targets)
     python scripts/docs_figures.py timings                         # pytest -n auto, wall and CPU
+    python scripts/docs_figures.py model-profile                   # one model profile run (1 minute)
 
 then commit the page. A checkout with uncommitted changes is marked "+ uncommitted changes".
 """
@@ -165,7 +166,26 @@ def timings(extra: list[str]) -> str:
     )
 
 
-PAGES = {"kill-matrix": kill_matrix, "bench": bench, "timings": timings}
+def model_profile(extra: list[str]) -> str:
+    """One model profile run on one backend (spec/models.md, MODEL-RUN): its wall and CPU time and
+    what it printed (the readiness table and the matrix)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "opconform.cli", "run", "--model", "step3p5", "--backend",
+                   "npu-emulated", "--device", "cpu", "--model-only", "--out", tmp, *extra]  # fmt: skip
+        run = measure(command)
+    what = (
+        "# A model profile run\n\nStep-3.5-Flash's profile on the `npu-emulated` backend "
+        "([model profiles](../models.md)), the profile run alone (`--model-only`), as `opconform run` "
+        "runs it (one supervised xdist worker, the `ci` profile under `CI=1`)."
+    )
+    output = run["stdout"].replace(tmp, "TMP")
+    # From the summary's first row on (its heading line reads like a subcommand to tests/test_docs.py).
+    start = output.find("opconform summary")
+    shown = output[output.find("\n", start) + 1 :] if start >= 0 else output
+    return header("model-profile", what, command, run, tmp) + "```text\n" + shown.strip() + "\n```\n"
+
+
+PAGES = {"kill-matrix": kill_matrix, "bench": bench, "timings": timings, "model-profile": model_profile}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,12 +6,12 @@ tensors or as strided views), softmax scales, windows inside the sequence and de
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from hypothesis import strategies as st
 
-from conformance.strategies.common import FLOAT_DTYPES, seeds
+from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
 
 ATTENTION_DTYPES = FLOAT_DTYPES
 HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -100,7 +100,7 @@ def attention_recipes(
     kv_heads = draw(st.integers(1, 2))
     head_dim = draw(st.sampled_from(HEAD_DIMS))
     batch = draw(st.integers(1, 3 if head_dim <= 64 else 2))
-    return AttentionRecipe(
+    recipe = AttentionRecipe(
         batch=batch,
         q_heads=kv_heads * draw(st.sampled_from(GQA_RATIOS)),
         kv_heads=kv_heads,
@@ -113,6 +113,12 @@ def attention_recipes(
         softmax_scale=draw(softmax_scales(head_dim, max_ratio=max_scale_ratio)),
         layout=draw(st.sampled_from(LAYOUTS)),
     )
+    # MODEL-RUN: one of the model's attention layer kinds with Dv = Dqk (kv heads, group, D, scale).
+    kinds = [k for k in pinned_values("attention.layer") or () if k[2] == k[3]]
+    if kinds:
+        kv, group, dim, _, scale, _ = draw(st.sampled_from(kinds))
+        recipe = replace(recipe, kv_heads=kv, q_heads=kv * group, head_dim=dim, softmax_scale=scale)
+    return recipe
 
 
 @st.composite

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
-from conformance.strategies.common import seeds, strided_view
+from conformance.strategies.common import dims_fit, pinned_values, seeds, strided_view
 from reference.kv_cache import FP8_DTYPES, FP8_MAX
 
 PAGE_SIZES = (1, 16, 32, 64, 128, 256)
@@ -162,6 +162,10 @@ def write_recipes(
         key_dim, value_dim = draw(st.sampled_from(LATENT_DIMS)), None
     else:
         key_dim, value_dim = draw(st.sampled_from(dims))
+        # MODEL-RUN: one of the model's (kv heads, Dk, Dv) of a kind the property draws.
+        kinds = [k for k in pinned_values("kv.layer") or () if dims_fit(k[1], k[2], dims)]
+        if kinds:
+            h, key_dim, value_dim = draw(st.sampled_from(kinds))
     cache_dtype = draw(st.sampled_from(FP8_DTYPES)) if fp8 else None
     return WriteRecipe(
         tokens=tokens,

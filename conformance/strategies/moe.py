@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 from hypothesis import strategies as st
 
-from conformance.strategies.common import FLOAT_DTYPES, seeds
+from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
 from reference import moe as oracle
 
 # MOE-TIES: a selection gap must be this many tie tolerances wide to be drawn.
@@ -163,7 +163,18 @@ def routing_recipes(
         bias_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
         strided=draw(st.booleans()),
     )
-    return replace(recipe, **fixed)
+    return replace(recipe, **{**_model_routing(recipe, scorings, grouped, renormalize), **fixed})
+
+
+def _model_routing(recipe, scorings, grouped, renormalize) -> dict:
+    """MODEL-RUN: the model's routing (experts, top_k, groups, scoring, renormalisation) where the
+    property's constraints admit it, else nothing (the generic draw stays)."""
+    for experts, top_k, groups, kept, scoring, renorm in pinned_values("moe.routing") or ():
+        if scoring in scorings and renorm in renormalize and grouped in (None, groups > 1):
+            bias = recipe.bias if scoring != "topk_softmax" else None  # the property's bias kinds
+            return {"experts": experts, "top_k": top_k, "num_groups": groups, "topk_group": kept,
+                    "scoring": scoring, "renormalize": renorm, "bias": bias}  # fmt: skip
+    return {}
 
 
 @dataclass(frozen=True)

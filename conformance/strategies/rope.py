@@ -8,14 +8,15 @@ left out (ROPE-PARAMS).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import torch
 from hypothesis import strategies as st
 
-from conformance.strategies.common import FLOAT_DTYPES, seeds, strided_view
+from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds, strided_view
 from reference import rope as oracle
 
 # ROPE-POSITIONS: how the positions of a batch are laid out. "offset": one sequence continuing at an
@@ -41,6 +42,9 @@ class RopeRecipe:
     strided: bool = False
     attention_factor: float = 1.0
     mrope: bool = False
+    # MODEL-RUN: a model's mrope sections and their layout (a profile run only; None: the property's).
+    mrope_section: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
+    mrope_interleaved: bool | None = field(default=None, repr=False, compare=False)
 
     def positions(self) -> torch.Tensor:
         gen = torch.Generator().manual_seed(self.seed)
@@ -75,6 +79,7 @@ class RopeRecipe:
             f"T {self.tokens}, Hq {self.q_heads}, Hk {self.k_heads}, rotary_dim {self.rotary_dim} of "
             f"head_dim {self.head_dim}, {str(self.dtype)[6:]} (cache {str(self.cache_dtype)[6:]}), "
             f"positions {self.mode} from {self.offset}{', strided' if self.strided else ''}"
+            + (f", mrope_section {list(self.mrope_section)}" if self.mrope_section else "")
         )
 
 
@@ -102,7 +107,7 @@ def rope_recipes(
     is_partial = draw(st.booleans()) if partial is None else partial
     extra = draw(st.sampled_from((2, 3, 8, 16))) if is_partial else 0
     q_heads = draw(st.integers(1, 4))
-    return RopeRecipe(
+    recipe = RopeRecipe(
         tokens=draw(st.integers(1, 12)),
         q_heads=q_heads,
         k_heads=draw(st.sampled_from(sorted({1, q_heads, max(1, q_heads // 2)}))),
@@ -118,6 +123,20 @@ def rope_recipes(
         attention_factor=draw(st.sampled_from((1.0, 1.0, 1.35))),
         mrope=mrope,
     )
+    # MODEL-RUN: one of the model's layer kinds (rotary_dim, head_dim, q heads, k heads) that the
+    # property's partial flag admits; a property none fits keeps its generic draw.
+    kinds = [k for k in pinned_values("rope.layer") or () if partial is None or (k[0] < k[1]) == partial]
+    if kinds and not mrope:
+        rotary_dim, head_dim, q_heads, k_heads = draw(st.sampled_from(kinds))
+        recipe = dataclasses.replace(recipe, rotary_dim=rotary_dim, head_dim=head_dim, q_heads=q_heads,
+                                     k_heads=k_heads)  # fmt: skip
+    mrope_kinds = pinned_values("rope.mrope") if mrope else None
+    if mrope_kinds:  # (rotary_dim, head_dim, q heads, k heads, sections, interleaved)
+        rotary_dim, head_dim, q_heads, k_heads, section, interleaved = draw(st.sampled_from(mrope_kinds))
+        recipe = dataclasses.replace(recipe, rotary_dim=rotary_dim, head_dim=head_dim, q_heads=q_heads,
+                                     k_heads=k_heads, mrope_section=section,
+                                     mrope_interleaved=interleaved)  # fmt: skip
+    return recipe
 
 
 # --- configs (ROPE-PARAMS, ROPE-FREQ, ROPE-LAYER, ROPE-SOFTMAX-SCALE) ------------------------------

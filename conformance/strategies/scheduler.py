@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from hypothesis import strategies as st
 
-from conformance.strategies.common import FLOAT_DTYPES, seeds
+from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
 from reference import scheduler as oracle
 
 MODEL_DTYPES = FLOAT_DTYPES
@@ -103,6 +103,11 @@ def synthetic_model_output(reference: oracle.DPMSolverMultistep, index: int, sam
 @st.composite
 def scheduler_configs(draw, *, algorithms=("dpmsolver++", SDE), orders=(1, 2, 3), sde_third_order=False):
     """Configurations over every contract field; the third-order SDE step only when asked (DPM-SDE3)."""
+    # MODEL-RUN: a pipeline profile's scheduler configuration where the property admits it (SANA's).
+    fitting = [c for c in pinned_values("scheduler.config") or ()
+               if c["algorithm_type"] in algorithms and c["solver_order"] in orders]  # fmt: skip
+    if fitting:
+        return dict(draw(st.sampled_from(fitting)))
     algorithm = draw(st.sampled_from(algorithms))
     allowed = [o for o in orders if sde_third_order or not (algorithm == SDE and o == 3)]
     flow = draw(st.booleans())

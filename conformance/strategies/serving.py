@@ -12,13 +12,21 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from hypothesis import strategies as st
 
 from conformance.strategies.attention import softmax_scales
-from conformance.strategies.common import FLOAT_DTYPES, row_strided_view, seeds, strided_view
+from conformance.strategies.common import (
+    FLOAT_DTYPES,
+    dims_fit,
+    pinned,
+    pinned_values,
+    row_strided_view,
+    seeds,
+    strided_view,
+)
 
 BLOCK_SIZES = (1, 2, 3, 5, 8, 16, 128)
 SAME_DIMS = ((16, 16), (32, 32), (64, 64), (128, 128))
@@ -76,6 +84,8 @@ class ServingRecipe:
     cache_layout: str = "separate"  # CACHE_LAYOUTS
     q_layout: str = "separate"  # Q_LAYOUTS
     metadata_layout: str = "contiguous"  # METADATA_LAYOUTS
+    # MODEL-RUN: the window of the model's layer kind drawn (a profile run only; "-": none drawn).
+    model_window: int | None | str = field(default="-", repr=False, compare=False)
 
     @property
     def attention_scale(self) -> float:
@@ -270,12 +280,19 @@ def serving_recipes(
     if is_long:
         dims = LONG_MIXED_DIMS if all(dqk != dv for dqk, dv in dims) else LONG_DIMS
     head_dim, value_dim = draw(st.sampled_from(dims))
+    kv_heads, group, scale, window = None, None, None, "-"
+    layer_kinds = pinned_values("attention.layer")
+    if layer_kinds and not is_long:  # MODEL-RUN: one of the model's layer kinds (long draws stay small)
+        # Dv != Dqk kinds only for a property drawing such dims (SERVE-HEAD-DIMS), Dv = Dqk ones likewise.
+        fitting = [k for k in layer_kinds if dims_fit(k[2], k[3], dims)]
+        if fitting:
+            kv_heads, group, head_dim, value_dim, scale, window = draw(st.sampled_from(fitting))
     return ServingRecipe(
         seq_lens=tuple(lengths),
         query_lens=tuple(query_lens),
         block_size=block_size,
-        kv_heads=draw(st.integers(1, 2)),
-        group=draw(st.sampled_from((1, 2) if is_long else (1, 2, 4))),
+        kv_heads=kv_heads or draw(st.integers(1, 2)),
+        group=group or draw(st.sampled_from((1, 2) if is_long else (1, 2, 4))),
         head_dim=head_dim,
         value_dim=value_dim,
         dtype=draw(st.sampled_from(dtypes)),
@@ -285,15 +302,21 @@ def serving_recipes(
         shared_prefix=draw(st.integers(0, shareable)) * block_size,
         index_dtype=draw(st.sampled_from((torch.int32, torch.int64))),
         magnitude=draw(st.sampled_from(magnitudes)),
-        softmax_scale=draw(softmax_scales(head_dim, max_ratio=max_scale_ratio)),
+        softmax_scale=scale or draw(softmax_scales(head_dim, max_ratio=max_scale_ratio)),
         cache_layout=draw(st.sampled_from(cache_layouts)),
         q_layout=draw(st.sampled_from(q_layouts)),
         metadata_layout=draw(st.sampled_from(metadata_layouts)),  # drawn last: earlier draws unchanged
+        model_window=window,
     )
 
 
 def windows(recipe: ServingRecipe, *, optional: bool = True):
-    """A window W, often below the longest sequence (one key more or less then matters); or None."""
+    """A window W, often below the longest sequence (one key more or less then matters); or None.
+    In a profile run (MODEL-RUN) the model's window of the recipe's layer kind, or of any kind."""
+    if recipe.model_window != "-" and (optional or recipe.model_window is not None):
+        return st.just(recipe.model_window)
+    if pinned_values("attention.window", present=not optional):
+        return pinned("attention.window", None, present=not optional)
     inside = st.integers(1, max(1, recipe.max_len - 1))
     drawn = st.one_of(inside, st.integers(1, recipe.max_len + 2))
     return st.one_of(st.none(), drawn) if optional else drawn

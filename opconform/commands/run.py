@@ -50,6 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="after a clause's first failed case on a backend and device, skip "
                              "its remaining cases there (--opconform-first-failure); "
                              "exit 1 on a failure")  # fmt: skip
+    parser.add_argument("--model", default=None, metavar="NAME",
+                        help="also run the properties at a built-in model profile's parameters "
+                             "(spec/models.md) and print its readiness table")  # fmt: skip
+    parser.add_argument("--model-config", default=None, metavar="PATH",
+                        help="like --model, for a local config.json (read with transformers' "
+                             "class)")  # fmt: skip
+    parser.add_argument("--model-only", action="store_true",
+                        help="with --model or --model-config: skip the generic run")  # fmt: skip
     parser.add_argument("--out", default="opconform-report", metavar="DIR",
                         help="where report.json/.md/.html go (default: %(default)s)")  # fmt: skip
     parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
@@ -148,19 +156,23 @@ def run_pytest(command: list[str]) -> tuple[int, StderrRelay]:
         return proc.wait(), relay
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.workers is not None and importlib.util.find_spec("xdist") is None:
-        return usage_error("run", "-n needs pytest-xdist (pip install pytest-xdist)")
-    for path in args.expectations:
-        if not Path(path).exists():
-            return usage_error("run", f"--expectations {path}: no such file or directory")
-    out = Path(args.out)
-    why = writable_dir(out)
-    if why:
-        return usage_error("run", f"--out {out}: cannot write there: {why}")
-    report_json = (out / "report.json").resolve()
+def model_options(args: argparse.Namespace) -> list[str]:
+    """MODEL-RUN: the plugin options of ``--model`` / ``--model-config`` (none without them)."""
+    if args.model is not None:
+        return [f"--opconform-model={args.model}"]
+    if args.model_config is not None:
+        return [f"--opconform-model-config={os.path.abspath(args.model_config)}"]
+    return []
+
+
+def pytest_run(
+    args: argparse.Namespace, report_json: Path, extra: list[str]
+) -> tuple[int | None, dict | None]:
+    """One pytest run writing ``report_json``: (exit status, None) when it refused or wrote nothing,
+    else (None, its document)."""
     report_json.unlink(missing_ok=True)
     command = pytest_command(args, report_json)
+    command[command.index("-ra") + 1 : command.index("-ra") + 1] = extra
     if args.workers is None and "-n" not in command:
         print("opconform run: pytest-xdist is not installed: the cases run in one process, and a backend "
               "that kills it ends the run without a report", file=sys.stderr)  # fmt: skip
@@ -168,11 +180,41 @@ def run(args: argparse.Namespace) -> int:
     returncode, relay = run_pytest(command)  # pytest shows the progress
     refused = relay.finish(usage_error_status=returncode == PYTEST_USAGE_ERROR and not report_json.exists())
     if refused:
-        return usage_error("run", refused)
+        return usage_error("run", refused), None
     if not report_json.exists():
         print(f"opconform run: pytest exited {returncode} without writing a report", file=sys.stderr)
-        return EXIT_INCOMPLETE
-    document = report.load(report_json)
+        return EXIT_INCOMPLETE, None
+    return None, report.load(report_json)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workers is not None and importlib.util.find_spec("xdist") is None:
+        return usage_error("run", "-n needs pytest-xdist (pip install pytest-xdist)")
+    for path in args.expectations:
+        if not Path(path).exists():
+            return usage_error("run", f"--expectations {path}: no such file or directory")
+    if args.model is not None and args.model_config is not None:
+        return usage_error("run", "--model and --model-config: give one of them")
+    if args.model_only and not model_options(args):
+        return usage_error("run", "--model-only needs --model or --model-config")
+    if args.model_config is not None and not Path(args.model_config).is_file():
+        return usage_error("run", f"--model-config {args.model_config}: no such file")
+    out = Path(args.out)
+    why = writable_dir(out)
+    if why:
+        return usage_error("run", f"--out {out}: cannot write there: {why}")
+    report_json = (out / "report.json").resolve()
+    runs = [] if args.model_only else [("generic", [])]
+    if model_options(args):  # MODEL-RUN: the profile's own run, merged beside the generic one
+        runs.append((args.model or "model", model_options(args)))
+    documents = []
+    for name, extra in runs:
+        path = report_json if len(runs) == 1 else (out / f"report-{name}.json").resolve()
+        status, document = pytest_run(args, path, extra)
+        if document is None:
+            return status
+        documents.append(document)
+    document = documents[0] if len(documents) == 1 else report.merge(documents, names=[n for n, _ in runs])
     written = render.write_outputs(document, out)
     if document["results"] or document.get("absent_devices"):
         print()

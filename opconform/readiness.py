@@ -1,0 +1,107 @@
+"""The readiness table of a model profile run (spec/models.md, MODEL-READINESS), per model and
+backend@device: each op the model calls, whether the backend implements it, its verdict at the
+model's parameters, the layer kinds and layers calling it. Read from the results document alone
+(its ``models`` table and the cases tagged with the model), torch-free like the rest of the report.
+"""
+
+from __future__ import annotations
+
+import html
+
+from opconform import report as rep
+
+# Verdicts, worst first; "not implemented" and "no case" say why there is no verdict.
+NOT_IMPLEMENTED, NO_CASE = "n/i", "no case"
+ORDER = (rep.CRASH, rep.TIMEOUT, rep.FAIL, rep.EXPECTED, rep.XPASS, rep.PASS, rep.SKIP)
+
+
+def layer_ranges(layers: list[int]) -> str:
+    """0,1,2,5,6 -> '0-2,5-6'; an op called outside the layers (a scheduler step): '-'."""
+    if not layers:
+        return "-"
+    spans, start, prev = [], layers[0], layers[0]
+    for layer in [*layers[1:], None]:
+        if layer is not None and layer == prev + 1:
+            prev = layer
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if layer is not None:
+            start = prev = layer
+    return ",".join(spans)
+
+
+def _params(params: dict) -> str:
+    shown = {k: v for k, v in params.items() if v not in (None, False, [], {})}
+    return ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
+
+
+def rows(document: dict, model: str, column: str) -> list[dict]:
+    """One row per op of ``model``: op, implemented (yes / n/i / no case), verdict, kinds, layers."""
+    entry = (document.get("models") or {}).get(model) or {}
+    cases = [r for r in document["results"] if r.get("model") == model and rep.column_of(r) == column]
+    out = []
+    for op in dict.fromkeys(u["op"] for u in entry.get("ops", [])):
+        uses = [u for u in entry["ops"] if u["op"] == op]
+        states = {rep.case_state(r) for r in cases if r.get("op") == op}
+        if not states:
+            implemented, verdict = NO_CASE, NO_CASE
+        elif states == {rep.NOT_IMPLEMENTED}:
+            implemented, verdict = NOT_IMPLEMENTED, NOT_IMPLEMENTED
+        else:
+            implemented, verdict = "yes", next(s for s in ORDER if s in states)
+        layers = sorted({layer for u in uses for layer in u.get("layers") or []})
+        kinds = "; ".join(f"{u['kind']}: {_params(u.get('params') or {})}".rstrip(": ") for u in uses)
+        out.append({"op": op, "implemented": implemented, "verdict": verdict, "kinds": kinds,
+                    "layers": layer_ranges(layers)})  # fmt: skip
+    return out
+
+
+def tables(document: dict) -> list[tuple[str, str, str, list[dict]]]:
+    """(model, title, column, rows) for each model and each backend@device that ran it."""
+    found = []
+    for model, entry in (document.get("models") or {}).items():
+        columns = list(dict.fromkeys(rep.column_of(r).split(" [")[0] for r in document["results"]
+                                     if r.get("model") == model))  # fmt: skip
+        for column in columns:
+            found.append(
+                (model, entry.get("title", model), column, rows(document, model, f"{column} [{model}]"))
+            )
+    return found
+
+
+HEAD = ("op", "implemented", "verdict", "layers", "layer kinds and fixed parameters")
+
+
+def text_lines(document: dict) -> list[str]:
+    lines = []
+    for model, title, column, table in tables(document):
+        lines += ["", f"readiness of {column} for model {model} ({title}):"]
+        width = max([len(r["op"]) for r in table] + [2])
+        for r in table:
+            lines.append(f"  {r['op'].ljust(width)}  {r['implemented']:<8} {r['verdict']:<16} "
+                         f"layers {r['layers']:<14} {r['kinds']}")  # fmt: skip
+    return lines
+
+
+def markdown_lines(document: dict) -> list[str]:
+    lines = []
+    for model, title, column, table in tables(document):
+        lines += ["", f"## Readiness: {model} ({title}) on {column}", "", "| " + " | ".join(HEAD) + " |"]
+        lines.append("|---" * len(HEAD) + "|")
+        for r in table:
+            cells = (r["op"], r["implemented"], r["verdict"], r["layers"], r["kinds"].replace("|", "\\|"))
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def html_parts(document: dict) -> list[str]:
+    esc = html.escape
+    parts = []
+    for model, title, column, table in tables(document):
+        parts.append(f"<h2>Readiness: {esc(model)} ({esc(title)}) on {esc(column)}</h2>")
+        parts.append("<table class='readiness'><tr>" + "".join(f"<th>{esc(h)}</th>" for h in HEAD) + "</tr>")
+        for r in table:
+            cells = (r["op"], r["implemented"], r["verdict"], r["layers"], r["kinds"])
+            parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
+        parts.append("</table>")
+    return parts
