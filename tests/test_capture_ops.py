@@ -13,6 +13,7 @@ from conformance import spec_index
 from conformance.errors import ConformanceError
 from opconform.capture.judge import compare
 from opconform.capture.ops import NOT_REPLAYABLE, REPLAY_OPS
+from opconform.capture.recorder import WRITTEN
 
 SAMPLED = [row for row in REPLAY_OPS.values() if row.sample is not None]
 
@@ -35,15 +36,18 @@ def test_each_row_names_a_real_oracle_clause_and_tolerance_family():
     for row in REPLAY_OPS.values():
         assert callable(row.oracle_function()), row.op
         assert row.clause in clauses, f"{row.op}: unknown clause {row.clause}"
-        assert row.family in TOLERANCES, row.op
+        assert row.judge is not None or row.family in TOLERANCES, row.op
 
 
 @pytest.mark.parametrize("row", SAMPLED, ids=lambda r: r.op)
 def test_native_passes_each_row_and_a_perturbed_output_fails(row):
     generator = torch.Generator().manual_seed(0)
     inputs, options = row.sample(generator, torch.float32)
+    before = {name: t.clone() for name, t in inputs.items()}  # an in-place op writes into inputs
     args, keywords = row.arguments(inputs, options)
     out = getattr(NATIVE, row.op)(*args, **options, **keywords)
+    if row.op in WRITTEN:  # its outputs: the written arguments after the call, as the recorder keeps them
+        out, inputs = tuple(inputs[n] for n in WRITTEN[row.op]), before
     outputs = list(out) if isinstance(out, tuple) else [out]
     compare(row, inputs, options, outputs, context=row.op)
     outputs[0] = outputs[0] * (1 + 1e-3)
@@ -172,10 +176,23 @@ def _rope_mapping(positions, query, key, cos_sin_cache, **options):
     return {"positions": positions, "query": query, "key": key, "cos_sin_cache": cos_sin_cache, **options}
 
 
+def _write_mapping(key, value, k_cache, v_cache, slot_mapping, k_scale=None, v_scale=None):
+    return {"key": key, "value": value, "k_cache": k_cache, "v_cache": v_cache, "slot_mapping": slot_mapping,
+            "k_scale": k_scale, "v_scale": v_scale}  # fmt: skip
+
+
+def _write_padding_too(key, value, k_cache, v_cache, slot_mapping, **scales):
+    """The padded token (slot -1) written too: negative indexing lands it in the pool's last slot."""
+    slots = k_cache.shape[0] * k_cache.shape[1]
+    for cache, rows in ((k_cache, key), (v_cache, value)):
+        cache.view(slots, *cache.shape[2:])[slot_mapping.long() % slots] = rows
+
+
 def test_new_rows_replay_from_a_capture_into_the_results_document(tmp_path):
     """paged_attention (block table, cu_seqlens_q, seq_lens, caches, sinks and the None scales
-    recorded) and rotary_embedding captured through Capture.wrap and replayed: exactly the call of
-    the kernel that ignores the sinks fails, under SERVE, naming its layer."""
+    recorded), rotary_embedding and write_kv_cache (caches before and after the call) captured
+    through Capture.wrap and replayed: exactly the calls of the kernel that ignores the sinks and
+    of the one that writes the padded token fail, under SERVE and KV-WRITE, naming their layers."""
     from conformance.results import Outcome
     from opconform.capture import Capture
     from opconform.capture.judge import replay
@@ -195,9 +212,16 @@ def test_new_rows_replay_from_a_capture_into_the_results_document(tmp_path):
             wrapped(inputs["q"], inputs["k_cache"], inputs["v_cache"], **options, **metadata)
         rope = cap.wrap(NATIVE.rotary_embedding, "rotary_embedding", _rope_mapping, name="rope")
         rope(*(rope_inputs[n] for n in ("positions", "query", "key", "cos_sin_cache")), **rope_options)
+        for layer, kernel in (("kv.0", NATIVE.write_kv_cache), ("kv.1", _write_padding_too)):
+            write = cap.wrap(kernel, "write_kv_cache", _write_mapping, name=layer)
+            written, _ = _sample("write_kv_cache")
+            write(*(written[n] for n in ("key", "value", "k_cache", "v_cache", "slot_mapping")))
     document, problems = replay(tmp_path)
-    assert problems == [] and len(document.results) == 3
+    assert problems == [] and len(document.results) == 5
     failed = [c for c in document.results if c.outcome == Outcome.FAILED]
-    assert [c.nodeid for c in failed] == ["replay::attn.1::call0::paged_attention"]
-    assert failed[0].failure.clause == "SERVE" and "layer attn.1 call 0" in failed[0].message
+    assert [c.nodeid for c in failed] == [
+        "replay::attn.1::call0::paged_attention", "replay::kv.1::call0::write_kv_cache"
+    ]  # fmt: skip
+    assert [c.failure.clause for c in failed] == ["SERVE", "KV-WRITE"]
+    assert "layer attn.1 call 0" in failed[0].message and "k_cache after the call" in failed[1].message
     assert {c.outcome for c in document.results} - {Outcome.FAILED} == {Outcome.PASSED}

@@ -89,8 +89,10 @@ def export_cases(
         raise ValueError(f"--op {op}: not exportable; exportable ops: {sorted(REPLAY_OPS)}")
     row = REPLAY_OPS[op]
     if row.judge is not None:
-        raise ValueError(f"--op {op}: not exportable: {row.clause} judges it up to slot order and ties, "
-                         "with no per-element allowed error")  # fmt: skip
+        raise ValueError(
+            f"--op {op}: not exportable: {row.clause} judges it by its own check (routing up to slot "
+            "order and ties, a write bit for bit), not a per-element allowed error"
+        )
     if clause is not None and clause != row.clause:
         raise ValueError(f"--clause {clause}: op {op} is judged under {row.clause}")
     if fmt not in FORMATS:

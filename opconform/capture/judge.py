@@ -26,12 +26,12 @@ from opconform.capture.store import CaptureError, Entry, read_call, read_index
 def compare(row: ReplayOp, inputs: dict, options: dict, outputs: list, *, context: str, device=None) -> None:
     """Raise ConformanceError under ``row.clause`` unless every output matches the oracle (or the
     row's own judge accepts them)."""
-    if len(outputs) != len(row.outputs):
-        raise ConformanceError(row.clause, f"{context}: {len(outputs)} output(s), expected {row.outputs}")
     host = {name: t.cpu() for name, t in inputs.items()}
     if row.judge is not None:
         row.judge(host, options, outputs, clause=row.clause, context=context)
         return
+    if len(outputs) != len(row.outputs):
+        raise ConformanceError(row.clause, f"{context}: {len(outputs)} output(s), expected {row.outputs}")
     expected = row.expected(host, options)
     scales = row.scales(host, options)
     keep = row.rows(host, options)

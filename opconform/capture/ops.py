@@ -223,6 +223,4 @@ NOT_REPLAYABLE: dict[str, str] = {
     "rope_inv_freq": _CONFIG,
     "rope_softmax_scale": _CONFIG,
     "rope_kernel_args": _CONFIG,
-    "write_kv_cache": "an in-place write returning None: its result is the caches after the call, and "
-    "a capture records what a call returns, so there is no output to judge bit for bit (KV-WRITE)",
 }

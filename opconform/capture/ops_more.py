@@ -7,7 +7,9 @@ the caches dequantized first when they are fp8: KV-FP8-READ); MOE-TOL's ``moe_ma
 ``fused_moe``; MOE-TIES and MOE-PADDED for ``select_experts``, judged by
 ``conformance.moe_checks.judge_routing`` (any slot order, ties accepted: no per-element
 allowance); ROPE-TOL's ``pair_scale`` per output for ``rotary_embedding`` and ``mrope`` and
-``angle_scale`` for ``rope_cos_sin`` (conformance/test_rope.py).
+``angle_scale`` for ``rope_cos_sin`` (conformance/test_rope.py); ``write_kv_cache`` bit for bit
+(KV-WRITE, as conformance/test_kv_cache.py): the recorder records its caches before the call as
+inputs and after it as outputs (``recorder.WRITTEN``), and the oracle writes into copies of the first.
 """
 
 from __future__ import annotations
@@ -45,6 +47,40 @@ def _routing_judge(inputs, options, outputs, *, clause, context):
     bias = inputs.get("correction_bias")
     routing = {k: v for k, v in options.items() if k != "correction_bias"}  # a None recorded as an option
     judge_routing(*outputs, inputs["router_logits"], bias, routing, clause=clause, context=context)
+
+
+def _write_judge(inputs, options, outputs, *, clause, context):
+    """KV-WRITE bit for bit: the oracle's write into copies of the caches as recorded before the
+    call against the caches the kernel left (the recorder's outputs for write_kv_cache)."""
+    from conformance.checks import check
+    from reference.kv_cache import write_kv_cache
+
+    caches = [inputs[n].clone() if n in inputs else None for n in ("k_cache", "v_cache")]
+    scales = {n: inputs.get(n, options.get(n)) for n in ("k_scale", "v_scale")}
+    write_kv_cache(inputs["key"], inputs.get("value"), *caches, inputs["slot_mapping"], **scales)
+    want = [c for c in caches if c is not None]
+    count = f"{len(outputs)} caches recorded after the call, expected {len(want)}"
+    check(len(outputs) == len(want), clause=clause, message=f"{context}: {count}")
+    for name, got, expected in zip(("k_cache", "v_cache"), outputs, want, strict=False):
+        same_kind = got.shape == expected.shape and got.dtype == expected.dtype
+        check(same_kind, clause=clause, message=f"{context}: {name} is {got.dtype} {tuple(got.shape)}")
+        bits = [
+            t.detach().cpu().contiguous().view(torch.uint8).reshape(*t.shape, -1) for t in (got, expected)
+        ]
+        where = bits[0].ne(bits[1]).any(-1).nonzero()
+        if len(where):
+            first = tuple(where[0].tolist())
+            check(False, clause=clause, message=f"{context}: {name} after the call: {len(where)} elements "
+                  f"differ from the oracle's write; first at {first}")  # fmt: skip
+
+
+def _write_sample(generator, dtype):
+    """Four tokens (one padded, slot -1) written into a pool of 3 blocks of 4, NHD, one head."""
+    caches = {n: torch.randn(3, 4, 1, 8, generator=generator).to(dtype) for n in ("k_cache", "v_cache")}
+    inputs = {"key": torch.randn(4, 1, 8, generator=generator).to(dtype),
+              "value": torch.randn(4, 1, 8, generator=generator).to(dtype),
+              **caches, "slot_mapping": torch.tensor([5, 0, -1, 9])}  # fmt: skip
+    return inputs, {"k_scale": None, "v_scale": None}
 
 
 def _cache_rows(inputs) -> torch.Tensor:
@@ -238,4 +274,10 @@ def ROWS(row):  # noqa: N802 (the row type, passed in: ops imports this module)
             dtype_from="inv_freq",
             atol_scale=lambda i, o: angle_scale(i["positions"], i["inv_freq"], o["attention_factor"]),
         ),
-    )
+        row(
+            "write_kv_cache", "reference.kv_cache:write_kv_cache", "KV-WRITE", "bit-exact",
+            ("key", "value", "k_cache", "v_cache", "slot_mapping", "k_scale", "v_scale"), (),
+            ("k_cache", "v_cache"), sample=_write_sample, keywords=frozenset({"k_scale", "v_scale"}),
+            judge=_write_judge,
+        ),
+    )  # fmt: skip

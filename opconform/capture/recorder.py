@@ -4,7 +4,8 @@ Attach to a module (``attach``: forward pre-hook and hook) or wrap a function (`
 ``mapping`` from the call to the op's arguments: ``mapping(module, args, kwargs) -> dict`` for a
 module, ``mapping(*args, **kwargs) -> dict`` for a function, giving every argument of the op by
 its oracle's name (tensors and options). Inputs are copied to the host *before* the call (an
-in-place kernel would change them), the output after it; nothing the model computes changes.
+in-place kernel would change them), the output after it (for an in-place op returning None,
+``WRITTEN`` names the arguments recorded again after the call); nothing the model computes changes.
 Bounded by ``max_calls_per_op``, ``sample_rate`` (seeded) and ``byte_budget``: a call that does
 not fit is counted as dropped, and nothing is written past the budget. The host copies go into
 two reused buffers of ``shard_bytes / 2`` (``staging``); each buffer's calls are one shard,
@@ -26,6 +27,10 @@ import torch
 
 from opconform.capture.staging import Staging, describe, key, tensors
 from opconform.capture.store import Entry, encode_entry, write_index
+
+# In-place ops returning None: their outputs are these arguments as the call left them (the inputs
+# are recorded before it), so replay judges what the kernel wrote (KV-WRITE, bit for bit).
+WRITTEN = {"write_kv_cache": ("k_cache", "v_cache")}
 
 
 def _require(condition: bool, message: str) -> None:
@@ -119,7 +124,10 @@ class Capture:
                 inputs.append(describe(name, value))
             else:
                 options[name] = value
-        return call, inputs, options, slots
+        written = WRITTEN.get(op)
+        if written is not None:  # the tensors an in-place op writes, recorded again after the call
+            written = [arguments[n] for n in written if isinstance(arguments.get(n), torch.Tensor)]
+        return call, inputs, options, slots, written
 
     def _abandon(self, started) -> None:
         if started is not None:
@@ -128,10 +136,10 @@ class Capture:
     def _finish(self, op: str, layer: str, started, output) -> None:
         if started is None:
             return
-        call, inputs, options, slots = started
+        call, inputs, options, slots, written = started
         try:
             outputs = []
-            for i, tensor in enumerate(_outputs(output)):
+            for i, tensor in enumerate(_outputs(output) if written is None else written):
                 slots.append(self._staging.stage(tensor))
                 outputs.append(describe(str(i), tensor))
         finally:
