@@ -224,4 +224,6 @@ def test_new_rows_replay_from_a_capture_into_the_results_document(tmp_path):
     ]  # fmt: skip
     assert [c.failure.clause for c in failed] == ["SERVE", "KV-WRITE"]
     assert "layer attn.1 call 0" in failed[0].message and "k_cache after the call" in failed[1].message
+    rerun, _ = replay(tmp_path, backend=NATIVE)  # the native backend on the recorded inputs: all conform
+    assert {c.outcome for c in rerun.results} == {Outcome.PASSED}
     assert {c.outcome for c in document.results} - {Outcome.FAILED} == {Outcome.PASSED}

@@ -20,6 +20,7 @@ from conformance.checks import assert_close
 from conformance.errors import ConformanceError
 from conformance.results import Case, Document, Failure, Outcome
 from opconform.capture.ops import REPLAY_OPS, ReplayOp
+from opconform.capture.recorder import WRITTEN
 from opconform.capture.store import CaptureError, Entry, read_call, read_index
 
 
@@ -76,9 +77,11 @@ def judge_entry(folder, entry: Entry, source: str, backend=None, device: str = "
     context = f"layer {entry.layer} call {entry.call}: {entry.op} on {column[0]}@{column[1]}"
     try:
         if backend is not None:
-            on_device = {name: t.to(device) for name, t in inputs.items()}
+            on_device = {name: t.to(device, copy=True) for name, t in inputs.items()}  # it may write them
             args, keywords = row.arguments(on_device, entry.options)
             result = getattr(backend, entry.op)(*args, **entry.options, **keywords)
+            if entry.op in WRITTEN:  # an in-place op: its outputs are what it wrote
+                result = [on_device[n] for n in WRITTEN[entry.op] if n in on_device]
             outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         compare(
             row, inputs, entry.options, outputs, context=context, device=None if backend is None else device
