@@ -1,14 +1,20 @@
 """The cost of capture to the model (issue 23's done-when; docs/capture.md, Cost): a "model" of
 1,000 calls of a 4096-wide activation (new_gelu on [rows, 4096] float32) timed on CPU without
 capture and with every call recorded, and the byte budget checked. Prints figures; asserts
-nothing about time (a shared CI machine's timings are noise).
+nothing about time (a shared CI machine's timings are noise). Each round times the plain forward
+and then the captured one (a fresh capture: its construction, the forward, its ``close()``), so a
+ratio pairs two forwards measured under the same load; the medians and the best round are shown.
+The floor is the forward plus the two host copies per call into warm buffers, without capture.
+``python scripts/docs_figures.py capture-overhead`` writes docs/generated/capture-overhead.md.
 
-    PYTHONPATH=. python benchmarks/capture_overhead.py [--rows 8] [--calls 1000]
+    python -m benchmarks.capture_overhead [--rows 8] [--calls 1000] [--rounds 5] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -26,51 +32,108 @@ class Activations(torch.nn.Module):
         return [layer(x) for layer in self.layers]
 
 
-def _time(model, x, repeats=3) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        model(x)
-        best = min(best, time.perf_counter() - start)
-    return best
+def _timed(function) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = function()
+    return time.perf_counter() - start, result
+
+
+def _both(function) -> tuple[float, float, object]:
+    """Wall seconds and the calling thread's CPU seconds (the model's thread: not the writer's, and
+    not the time other processes of a shared machine take from it)."""
+    cpu = time.thread_time()
+    wall, result = _timed(function)
+    return wall, time.thread_time() - cpu, result
+
+
+def _floor(model, x) -> tuple[float, float]:
+    """The forward with each call's two host copies (input before, output after) into warm buffers."""
+    buffers = torch.empty(len(model.layers), 2, x.numel())
+    buffers.zero_()
+
+    def forward():
+        for i, layer in enumerate(model.layers):
+            buffers[i, 0].copy_(x.view(-1))
+            buffers[i, 1].copy_(layer(x).view(-1))
+
+    return _both(forward)[:2]
+
+
+def _captured(model, x, budget, prefault, calls):
+    from opconform.capture import Capture, read_index
+
+    with tempfile.TemporaryDirectory() as folder:
+        built, capture = _timed(
+            lambda: Capture(folder, max_calls_per_op=calls, byte_budget=budget, prefault=prefault)
+        )
+        for i, layer in enumerate(model.layers):
+            capture.attach(layer, "new_gelu", lambda m, a, k: {"x": a[0]}, name=f"layers.{i}")
+        forward, cpu, out = _both(lambda: model(x))
+        waited = capture._staging.waited
+        closing, _ = _timed(capture.close)
+        assert all(torch.equal(o, F.gelu(x, approximate="tanh")) for o in out[:3])
+        index, entries = read_index(folder)
+        on_disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
+    return {"built": built, "forward": forward, "cpu": cpu, "close": closing, "waited": waited,
+            "recorded": len(entries), "bytes": index["bytes"], "on_disk": on_disk}  # fmt: skip
+
+
+def _ms(values) -> str:
+    return f"median {statistics.median(values) * 1e3:.1f} ms, best {min(values) * 1e3:.1f} ms"
 
 
 def main(argv=None) -> None:
-    from opconform.capture import Capture, read_index
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--width", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-prefault", action="store_true", help="Capture(prefault=False)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model, x = Activations(args.calls), torch.randn(args.rows, args.width)
+    budget = 2 * x.numel() * x.element_size() * args.calls
+    plain, floor, runs = [], [], []
     with torch.no_grad():
-        plain = _time(model, x)
-        per_call = 2 * x.numel() * x.element_size()
-        budget = per_call * args.calls
-        with tempfile.TemporaryDirectory() as folder:
-            with Capture(folder, max_calls_per_op=args.calls, byte_budget=budget) as capture:
-                for i, layer in enumerate(model.layers):
-                    capture.attach(layer, "new_gelu", lambda m, a, k: {"x": a[0]}, name=f"layers.{i}")
-                start = time.perf_counter()
-                out = model(x)
-                captured = time.perf_counter() - start
-            assert all(torch.equal(o, F.gelu(x, approximate="tanh")) for o in out[:3])
-            index, entries = read_index(folder)
-            on_disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
+        model(x)  # warm-up
+        for _ in range(args.rounds):
+            plain.append(_both(lambda: model(x))[:2])
+            floor.append(_floor(model, x))
+            runs.append(_captured(model, x, budget, not args.no_prefault, args.calls))
+    last = runs[-1]
+    wall, cpu = [p[0] for p in plain], [p[1] for p in plain]
     print(
-        f"{args.calls} calls of new_gelu on [{args.rows}, {args.width}] float32, CPU, "
-        f"{torch.get_num_threads()} threads"
+        f"{args.calls} calls of new_gelu on [{args.rows}, {args.width}] float32, CPU: "
+        f"{os.cpu_count()} cores, "
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads; {args.rounds} rounds, "
+        f"prefault={not args.no_prefault}; wall time, then the model thread's CPU time"
     )
-    print(f"  forward without capture: {plain * 1e3:.1f} ms (best of 3)")
+    print(f"  forward without capture:       {_ms(wall)}; CPU {_ms(cpu)}")
+    print(f"  forward + two host copies:     {_ms([f[0] for f in floor])}; CPU {_ms([f[1] for f in floor])}")
+    captured = [r["forward"] for r in runs]
+    print(f"  forward with capture:          {_ms(captured)}; CPU {_ms([r['cpu'] for r in runs])}")
+    print(f"  of which waiting for writes:   {_ms([r['waited'] for r in runs])}")
+    print(f"  Capture() construction:        {_ms([r['built'] for r in runs])}")
+    print(f"  close() (last writes, index):  {_ms([r['close'] for r in runs])}")
+    closed = [r["forward"] + r["close"] for r in runs]
+    for label, values, base in (
+        ("capture / without, wall", captured, wall),
+        ("capture + close() / without", closed, wall),
+        ("capture / without, CPU", [r["cpu"] for r in runs], cpu),
+        ("floor / without, wall", [f[0] for f in floor], wall),
+        ("floor / without, CPU", [f[1] for f in floor], cpu),
+    ):  # a round's ratio pairs two forwards under one load; the bests' ratio, the quietest moments
+        ratios = [v / b for v, b in zip(values, base, strict=True)]
+        print(
+            f"  {label + ':':30} median of rounds {statistics.median(ratios):.2f}x, "
+            f"bests' ratio {min(values) / min(base):.2f}x"
+        )
     print(
-        f"  forward with capture:    {captured * 1e3:.1f} ms ({captured / plain:.2f}x), "
-        f"{len(entries)} calls recorded"
-    )
-    print(
-        f"  tensor bytes {index['bytes']} <= budget {budget}: {index['bytes'] <= budget}; "
-        f"files {on_disk} bytes"
+        f"  {last['recorded']} calls recorded; tensor bytes {last['bytes']} <= budget {budget}: "
+        f"{last['bytes'] <= budget}; files {last['on_disk']} bytes"
     )
 
 

@@ -1,6 +1,7 @@
 """How a backend's routing and expert outputs are judged (spec/moe.md, MOE-TIES, MOE-PADDED, MOE-TOL).
 
-``check_routing`` calls ``select_experts`` and accepts any slot order and any choice between
+``check_routing`` calls ``select_experts`` and ``judge_routing`` judges its routing (or one a
+capture recorded, opconform replay): it accepts any slot order and any choice between
 selection scores equal within the tie tolerance; the weights are compared with the oracle's
 weights of the backend's own ids. ``check_fused`` compares a fused_moe output with the oracle's
 under the ``moe`` row, its absolute term scaled by ``moe_magnitude``.
@@ -71,7 +72,22 @@ def check_routing(backend, device, recipe, clause: str, logits=None, bias=None):
         logits=f"{str(logits.dtype).removeprefix('torch.')} {tuple(logits.shape)}",
     )
     weights, ids = call_routing(backend, logits, bias, options, clause=clause, context=context)
-    check_valid_ids(ids, recipe.experts, clause=clause, context=context)
+    judge_routing(weights, ids, logits, bias, options, clause=clause, context=context)
+    return weights, ids
+
+
+def judge_routing(weights, ids, logits, bias, options: dict, *, clause: str, context: str) -> None:
+    """MOE-TIES and MOE-PADDED on a routing already made (a backend's, or one a capture recorded):
+    valid distinct ids, each token's choice as good as the oracle's up to ties, and the weights
+    equal to the oracle's weights of those ids."""
+    shape = (logits.shape[0], options["top_k"])
+    check(
+        tuple(weights.shape) == shape and tuple(ids.shape) == shape and not ids.is_floating_point(),
+        clause=clause,
+        message=f"{context}: weights {tuple(weights.shape)}, ids {ids.dtype} {tuple(ids.shape)}; "
+        f"expected {shape}",
+    )
+    check_valid_ids(ids, logits.shape[-1], clause=clause, context=context)
     cpu_logits, cpu_bias = logits.cpu(), None if bias is None else bias.cpu()
     padded = oracle.padded_rows(cpu_logits)
     got_w, got_i = weights.detach().cpu(), ids.cpu().long()
@@ -81,9 +97,12 @@ def check_routing(backend, device, recipe, clause: str, logits=None, bias=None):
         message=f"{context}: a padded row (NaN/Inf logits) got non-finite weights {got_w[padded].tolist()}",
     )
     real = ~padded
-    _, sel = oracle.selection_scores(cpu_logits, scoring=recipe.scoring, correction_bias=cpu_bias)
+    _, sel = oracle.selection_scores(cpu_logits, scoring=options["scoring"], correction_bias=cpu_bias)
     allowed = oracle.allowed_experts(
-        sel, num_groups=recipe.num_groups, topk_group=recipe.topk_group, group_score=recipe.group_score
+        sel,
+        num_groups=options["num_groups"],
+        topk_group=options["topk_group"],
+        group_score=options["group_score"],
     )
     _, want_i = oracle.select_experts(cpu_logits, correction_bias=cpu_bias, **options)
     inside = allowed.gather(1, got_i).all(dim=-1) | padded
@@ -108,15 +127,14 @@ def check_routing(backend, device, recipe, clause: str, logits=None, bias=None):
     expected = oracle.routing_weights(
         cpu_logits,
         got_i,
-        scoring=recipe.scoring,
-        renormalize=recipe.renormalize,
-        routed_scaling_factor=recipe.routed_scaling_factor,
+        scoring=options["scoring"],
+        renormalize=options["renormalize"],
+        routed_scaling_factor=options["routed_scaling_factor"],
     )
     if bool(real.any()):
         assert_close(
             got_w[real], expected[real], clause=clause, context=f"{context}: weights by id", tol=ROUTING_TOL
         )
-    return weights, ids
 
 
 def check_fused(got, want, inputs, options: dict, *, clause: str, context: str, expected_as="expected"):

@@ -10,6 +10,7 @@ machine was idle). Run from the checkout, one page at a time:
                                                                    # oracle targets)
     python scripts/docs_figures.py timings                         # pytest -n auto, wall and CPU
     python scripts/docs_figures.py model-profile                   # one model profile run (1 minute)
+    python scripts/docs_figures.py capture-overhead [-- ARGS]      # python -m benchmarks.capture_overhead
 
 then commit the page. A checkout with uncommitted changes is marked "+ uncommitted changes".
 """
@@ -185,7 +186,32 @@ def model_profile(extra: list[str]) -> str:
     return header("model-profile", what, command, run, tmp) + "```text\n" + shown.strip() + "\n```\n"
 
 
-PAGES = {"kill-matrix": kill_matrix, "bench": bench, "timings": timings, "model-profile": model_profile}
+def capture_overhead(extra: list[str]) -> str:
+    what = (
+        "# Capture overhead\n\nWhat recording every call costs a model of 1,000 calls of a 4096-wide "
+        "activation on CPU ([capture](../capture.md#cost)): `benchmarks/capture_overhead.py` at torch's "
+        "default thread count and at one thread (the lines name the cores and torch's threads). Wall "
+        "times on a shared machine carry its load; the model thread's CPU time does not."
+    )
+    runs = []
+    for threads in ([], ["--threads", "1"]) if not extra else ([],):
+        command = [sys.executable, "-m", "benchmarks.capture_overhead", *(extra or threads)]
+        runs.append((command, measure(command)))
+    stamp = header("capture-overhead", what, runs[0][0], runs[0][1])
+    blocks = "".join(
+        f"`{shlex.join(['python', *command[1:]])}`:\n\n```text\n{run['stdout'].strip()}\n```\n\n"
+        for command, run in runs
+    )
+    return stamp + blocks
+
+
+PAGES = {
+    "kill-matrix": kill_matrix,
+    "bench": bench,
+    "timings": timings,
+    "model-profile": model_profile,
+    "capture-overhead": capture_overhead,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,3 +183,32 @@ def test_replay_reruns_a_backend_and_writes_a_report_merge_reads(tmp_path, capsy
     assert "native@cpu" in capsys.readouterr().out
     assert _main(["replay", str(tmp_path / "cap"), "--backend", "nosuch"]) == 2
     assert "--backend nosuch" in capsys.readouterr().err
+
+
+def test_staging_buffers_keep_every_call_across_flushes_nesting_and_oversize_tensors(tmp_path):
+    """Tiny buffers (shard_bytes=1200: two of 600 bytes) force every path of staging: a call whose
+    output does not fit after its inputs (the inputs move out of the buffer handed to the writer),
+    a call recorded inside another, tensors bigger than a buffer, a call dropped by the budget."""
+    torch.manual_seed(0)
+    with Capture(tmp_path, shard_bytes=1200, byte_budget=3500) as cap:
+        inner = cap.wrap(lambda x: x * 2, "new_gelu", lambda x: {"x": x}, name="inner")
+
+        def outer_function(x):
+            return inner(x) + 1
+
+        outer = cap.wrap(outer_function, "quick_gelu", lambda x: {"x": x}, name="outer")
+        given = [torch.randn(n, 8) for n in (3, 9, 2, 20, 5, 4, 3)]  # x: 32n - 4 bytes; n = 20 > 600
+        for x in given:
+            outer(x[:, ::2])
+    index, entries = read_index(tmp_path)
+    assert len(list(tmp_path.glob("*.safetensors"))) > 2 and index["bytes"] <= 3500
+    assert index["dropped"]["byte_budget"] > 0
+    seen = {"inner": [], "outer": []}
+    for entry in entries:
+        inputs, outputs = read_call(tmp_path, entry)
+        seen[entry.layer].append(entry.call)
+        x = given[entry.call][:, ::2]
+        assert torch.equal(inputs["x"], x) and inputs["x"].stride() == x.stride()
+        want = x * 2 if entry.layer == "inner" else x * 2 + 1
+        assert torch.equal(outputs[0], want), (entry.layer, entry.call)
+    assert seen["inner"] and seen["outer"] and index["bytes"] == sum(e.nbytes for e in entries)

@@ -98,7 +98,8 @@ def test_bad_case_files_are_one_line_each_and_lose_no_other_case(tmp_path, capsy
 
 @pytest.mark.parametrize(
     "argv, words",
-    [(["--op", "paged_attention"], "--op paged_attention: not exportable"),
+    [(["--op", "write_kv_cache"], "--op write_kv_cache: not exportable"),
+     (["--op", "select_experts"], "--op select_experts: not exportable: MOE-SELECT"),
      (["--op", "rms_norm", "--clause", "ATTN"], "--clause ATTN: op rms_norm is judged under NORM-RMS"),
      (["--op", "rms_norm", "--cases", "0"], "--cases 0"),
      (["--op", "rms_norm", "--dtype", "int8"], "--dtype int8")],

@@ -32,12 +32,10 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def allowed_error(row, inputs: dict, options: dict, expected: list[torch.Tensor]) -> list[torch.Tensor]:
     """Per output, atol * scale + rtol * |expected| (float64), inf on rows the clause does not compare."""
-    dtype = inputs[row.tensors[0]].dtype
-    tol = tolerance(row.family, dtype)
-    scale = row.atol_scale(inputs, options)
+    tol = tolerance(row.family, row.tolerance_dtype(inputs))
     keep = row.rows(inputs, options)
     result = []
-    for want in expected:
+    for want, scale in zip(expected, row.scales(inputs, options), strict=True):
         atol = tol.atol if scale is None else tol.atol * scale.double()
         allowed = (atol + tol.rtol * want.abs()).expand_as(want).clone()
         if keep is not None and allowed.dim() == 4:
@@ -90,6 +88,11 @@ def export_cases(
     if op not in REPLAY_OPS:
         raise ValueError(f"--op {op}: not exportable; exportable ops: {sorted(REPLAY_OPS)}")
     row = REPLAY_OPS[op]
+    if row.judge is not None:
+        raise ValueError(
+            f"--op {op}: not exportable: {row.clause} judges it by its own check (routing up to slot "
+            "order and ties, a write bit for bit), not a per-element allowed error"
+        )
     if clause is not None and clause != row.clause:
         raise ValueError(f"--clause {clause}: op {op} is judged under {row.clause}")
     if fmt not in FORMATS:
@@ -104,7 +107,7 @@ def export_cases(
         folder = out / f"case_{i:04d}"
         folder.mkdir(parents=True, exist_ok=True)
         expected = row.expected(inputs, options)
-        case_dtype = inputs[row.tensors[0]].dtype
+        case_dtype = row.tolerance_dtype(inputs)
         arrays: dict[str, torch.Tensor] = {}
         sidecar = {
             "schema": CASE_SCHEMA, "format": CASE_FORMAT, "suite_version": suite_version(),

@@ -19,20 +19,25 @@ import torch
 from conformance.checks import assert_close
 from conformance.errors import ConformanceError
 from conformance.results import Case, Document, Failure, Outcome
-from opconform.capture.ops import KEYWORD_TENSORS, REPLAY_OPS, ReplayOp
+from opconform.capture.ops import REPLAY_OPS, ReplayOp
+from opconform.capture.recorder import WRITTEN
 from opconform.capture.store import CaptureError, Entry, read_call, read_index
 
 
 def compare(row: ReplayOp, inputs: dict, options: dict, outputs: list, *, context: str, device=None) -> None:
-    """Raise ConformanceError under ``row.clause`` unless every output matches the oracle."""
+    """Raise ConformanceError under ``row.clause`` unless every output matches the oracle (or the
+    row's own judge accepts them)."""
+    host = {name: t.cpu() for name, t in inputs.items()}
+    if row.judge is not None:
+        row.judge(host, options, outputs, clause=row.clause, context=context)
+        return
     if len(outputs) != len(row.outputs):
         raise ConformanceError(row.clause, f"{context}: {len(outputs)} output(s), expected {row.outputs}")
-    host = {name: t.cpu() for name, t in inputs.items()}
     expected = row.expected(host, options)
-    scale = row.atol_scale(host, options)
+    scales = row.scales(host, options)
     keep = row.rows(host, options)
-    dtype = host[row.tensors[0]].dtype
-    for name, got, want in zip(row.outputs, outputs, expected, strict=True):
+    dtype = row.tolerance_dtype(host)
+    for name, got, want, scale in zip(row.outputs, outputs, expected, scales, strict=True):
         if keep is not None and got.shape == want.shape:
             rows = keep[:, None, :, None]
             got, want = torch.where(rows, got.detach().cpu(), 0), torch.where(rows, want, 0)
@@ -67,16 +72,16 @@ def judge_entry(folder, entry: Entry, source: str, backend=None, device: str = "
         return _case(
             entry, column, outcome=Outcome.SKIPPED, reason=str(exc), clauses=[row.clause], start=start
         )
-    dtype = str(inputs[row.tensors[0]].dtype).removeprefix("torch.") if row.tensors[0] in inputs else None
+    dtype = row.tolerance_dtype(inputs)
+    dtype = None if dtype is None else str(dtype).removeprefix("torch.")
     context = f"layer {entry.layer} call {entry.call}: {entry.op} on {column[0]}@{column[1]}"
     try:
         if backend is not None:
-            on_device = {name: t.to(device) for name, t in inputs.items()}
-            args = [on_device[n] for n in row.tensors if n not in KEYWORD_TENSORS]
-            keywords = {
-                n: on_device.get(n) for n in row.tensors if n in KEYWORD_TENSORS and n not in entry.options
-            }
+            on_device = {name: t.to(device, copy=True) for name, t in inputs.items()}  # it may write them
+            args, keywords = row.arguments(on_device, entry.options)
             result = getattr(backend, entry.op)(*args, **entry.options, **keywords)
+            if entry.op in WRITTEN:  # an in-place op: its outputs are what it wrote
+                result = [on_device[n] for n in WRITTEN[entry.op] if n in on_device]
             outputs = list(result) if isinstance(result, (tuple, list)) else [result]
         compare(
             row, inputs, entry.options, outputs, context=context, device=None if backend is None else device

@@ -3,9 +3,12 @@
 A row names the op's oracle in ``reference/``, the clause its outputs are judged under, the
 tolerance family of TOL-TABLE and its scaling rule (the same one the op's conformance property
 applies), the tensor arguments in the oracle's order, the options, and the names of the outputs
-(a tuple output is compared element by element, in order). ``NOT_REPLAYABLE`` lists every other
-op of ``backends.OPS`` with the reason; tests/test_capture_ops.py checks that together they
-cover ``OPS`` exactly, so an op family merged later shows up there until it gets its row.
+(a tuple output is compared element by element, in order, each with its own atol scale when the
+rule gives a tuple), the tensors passed by keyword, and for an op no per-element tolerance judges
+(routing) its own ``judge``. The serving, mask, MoE and rope rows are in ``ops_more``.
+``NOT_REPLAYABLE`` lists every other op of ``backends.OPS`` with the reason;
+tests/test_capture_ops.py checks that together they cover ``OPS`` exactly, so an op family
+merged later shows up there until it gets its row.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from conformance.tolerances import rounded_atol_scale, up_scale, value_scale
+from conformance.tolerances import oai_up_scale, rounded_atol_scale, situ_up_scale, up_scale, value_scale
+from opconform.capture import ops_more
+
+# Optional tensor arguments, passed by keyword (None when the call had none): the rows' default.
+KEYWORD_TENSORS = frozenset({"padding_mask"})
 
 
 @dataclass(frozen=True)
@@ -28,12 +35,33 @@ class ReplayOp:
     tensors: tuple[str, ...]  # tensor arguments, in the oracle's positional order
     options: tuple[str, ...]  # keyword options
     outputs: tuple[str, ...]  # one name per output; more than one: the op returns a tuple
-    # (inputs, options) -> the atol scale (None: the table unscaled)
-    atol_scale: Callable[[dict, dict], torch.Tensor | None] = lambda inputs, options: None
+    # (inputs, options) -> the atol scale (None: the table unscaled), or a tuple of one per output
+    atol_scale: Callable[[dict, dict], torch.Tensor | tuple | None] = lambda inputs, options: None
     # (inputs, options) -> bool [B, Sq] of the rows the clause compares (None: all)
     rows: Callable[[dict, dict], torch.Tensor | None] = lambda inputs, options: None
     # (generator, dtype) -> (inputs, options): a case for `export` without a capture (None: capture only)
     sample: Callable | None = None
+    # tensor arguments the oracle takes by keyword (a None recorded as an option is passed as one)
+    keywords: frozenset = KEYWORD_TENSORS
+    # (inputs, options, outputs, *, clause, context) -> None, raising ConformanceError: judges
+    # the outputs in place of the oracle comparison (routing: any slot order, ties; no allowance)
+    judge: Callable | None = None
+    dtype_from: str | None = None  # the tensor whose dtype picks the tolerance row (default: the first)
+
+    def tolerance_dtype(self, inputs: dict) -> torch.dtype | None:
+        name = self.dtype_from or self.tensors[0]
+        return inputs[name].dtype if name in inputs else None
+
+    def scales(self, inputs: dict, options: dict) -> list:
+        """One atol scale (or None) per output."""
+        scale = self.atol_scale(inputs, options)
+        return list(scale) if isinstance(scale, tuple) else [scale] * len(self.outputs)
+
+    def arguments(self, inputs: dict, options: dict) -> tuple[list, dict]:
+        """The oracle's (or a backend's) positional tensors and keyword tensors of a recorded call."""
+        args = [inputs[name] for name in self.tensors if name not in self.keywords]
+        keywords = {n: inputs.get(n) for n in self.tensors if n in self.keywords and n not in options}
+        return args, keywords
 
     def oracle_function(self):
         module, _, name = self.oracle.partition(":")
@@ -41,15 +69,9 @@ class ReplayOp:
 
     def expected(self, inputs: dict, options: dict) -> list[torch.Tensor]:
         """The oracle's outputs (float64) on the inputs as recorded (host copies)."""
-        args = [inputs[name].cpu() for name in self.tensors if name not in KEYWORD_TENSORS]
-        keywords = {n: inputs[n].cpu() if n in inputs else None for n in self.tensors if n in KEYWORD_TENSORS}
-        keywords = {n: t for n, t in keywords.items() if n not in options}  # a None recorded as an option
+        args, keywords = self.arguments({n: t.cpu() for n, t in inputs.items()}, options)
         out = self.oracle_function()(*args, **options, **keywords)
         return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-# Optional tensor arguments, passed by keyword (None when the call had none).
-KEYWORD_TENSORS = {"padding_mask"}
 
 
 def _gated(generator, dtype, width=64):
@@ -72,6 +94,10 @@ def _norm(generator, dtype, width=64, fused=False):
 def _act(op, clause, options=(), scale=None, sample=None, rounded=False):
     def atol(inputs, opts):
         x = inputs["x"]
+        if op == "swiglu_oai_and_mul":  # ACT-SWIGLU-OAI's property: rounded steps over oai_up_scale
+            return rounded_atol_scale(op, x, base=oai_up_scale(x, **opts), **opts)
+        if op == "situ_and_mul":
+            return situ_up_scale(x, **opts)
         return rounded_atol_scale(op, x, **opts) if rounded else up_scale(x, **opts)
 
     return ReplayOp(
@@ -121,6 +147,30 @@ REPLAY_OPS: dict[str, ReplayOp] = {
             sample=lambda g, d: (_gated(g, d), {"approximate": "tanh"}),
         ),  # fmt: skip
         _act("silu_and_mul", "ACT-SWIGLU", sample=lambda g, d: (_gated(g, d), {})),
+        _act(
+            "swiglu_step_and_mul",
+            "ACT-SWIGLU-STEP",
+            ("limit",),
+            sample=lambda g, d: (_gated(g, d), {"limit": 7.0}),
+        ),  # fmt: skip
+        _act(
+            "situ_and_mul",
+            "ACT-SITU",
+            ("beta", "linear_beta"),
+            sample=lambda g, d: (_gated(g, d), {"beta": 4.0, "linear_beta": 25.0}),
+        ),  # fmt: skip
+        _act(
+            "silu_clamped_and_mul",
+            "ACT-SILU-CLAMPED",
+            ("limit",),
+            sample=lambda g, d: (_gated(g, d), {"limit": 7.0}),
+        ),  # fmt: skip
+        _act(
+            "swiglu_oai_and_mul",
+            "ACT-SWIGLU-OAI",
+            ("alpha", "limit", "interleaved"),
+            sample=lambda g, d: (_gated(g, d), {"alpha": 1.702, "limit": 7.0, "interleaved": True}),
+        ),  # fmt: skip
         _act("new_gelu", "ACT-GELU-VARIANTS", rounded=True, sample=lambda g, d: (_elementwise(g, d), {})),
         _act("fast_gelu", "ACT-GELU-VARIANTS", rounded=True, sample=lambda g, d: (_elementwise(g, d), {})),
         _act("quick_gelu", "ACT-GELU-VARIANTS", rounded=True, sample=lambda g, d: (_elementwise(g, d), {})),
@@ -149,16 +199,13 @@ REPLAY_OPS: dict[str, ReplayOp] = {
             ("out",),
             atol_scale=lambda i, o: value_scale(i["v_cache"], i["q"].shape[1], _decode_valid(i)),
         ),  # fmt: skip
+        *ops_more.ROWS(ReplayOp),
     )
 }
 
 _CONFIG = "a config reader or flag mapping: nothing tensor-valued to record from a model's call"
-# op -> why it is not replayable (yet); an op gets a row above once it is.
+# op -> why it is not replayable; an op gets a row above once it is.
 NOT_REPLAYABLE: dict[str, str] = {
-    "swiglu_step_and_mul": "no row yet: its bound rule ACT-SWIGLU-STEP-BOUND is not a tolerance",
-    "silu_clamped_and_mul": "no row yet: the limit's clamped scale needs a test of its own",
-    "swiglu_oai_and_mul": "no row yet: its rounded-steps rule takes alpha/limit/interleaved; add with a test",
-    "situ_and_mul": "no row yet: its bound clause ACT-SITU-BOUND is not a per-element tolerance",
     "npu_geglu_args": _CONFIG,
     "npu_gelu_variant_args": _CONFIG,
     "swiglu_limit": _CONFIG,
@@ -167,22 +214,13 @@ NOT_REPLAYABLE: dict[str, str] = {
     "flash_attention_window": _CONFIG,
     "cann_prefill_tokens": _CONFIG,
     "decode_mask_window": _CONFIG,
-    "attention": "no row yet: the allowed mask of a live call is usually built inside the kernel",
     "dpm_scheduler": "returns a stateful scheduler object, not a tensor of one call",
-    "paged_attention": "no row yet: block tables and the cache layout need a recorded-metadata mapping",
     "layer_windows": _CONFIG,
     "window_kernel_args": _CONFIG,
-    "select_experts": "no row yet: routing is judged up to slot order and ties (conformance.moe_checks)",
-    "append_shared_experts": "no row yet: slot ids are compared exactly, not by a tolerance",
-    "fused_moe": "no row yet: its tolerance rule moe_magnitude needs the routing options recorded",
+    "append_shared_experts": "not judged by replay: MOE-SHARED compares slot ids exactly and the rows' "
+    "judges are tolerances or routing's ties; an exact judge is not written",
     "moe_router_config": _CONFIG,
     "rope_inv_freq": _CONFIG,
     "rope_softmax_scale": _CONFIG,
     "rope_kernel_args": _CONFIG,
-    "rope_cos_sin": "no row yet: its allowance angle_scale (ROPE-TOL) needs the positions and inv_freq",
-    "rotary_embedding": "no row yet: q and k each take their own pair_scale allowance (ROPE-TOL); a row "
-    "needs one atol scale per output",
-    "mrope": "no row yet: as rotary_embedding, with the section layout recorded as options",
-    "write_kv_cache": "an in-place write returning None: a row would judge the caches after the call "
-    "bit for bit (KV-WRITE), which the recorder does not capture yet",
 }

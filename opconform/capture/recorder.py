@@ -4,23 +4,33 @@ Attach to a module (``attach``: forward pre-hook and hook) or wrap a function (`
 ``mapping`` from the call to the op's arguments: ``mapping(module, args, kwargs) -> dict`` for a
 module, ``mapping(*args, **kwargs) -> dict`` for a function, giving every argument of the op by
 its oracle's name (tensors and options). Inputs are copied to the host *before* the call (an
-in-place kernel would change them), the output after it; nothing the model computes changes.
+in-place kernel would change them), the output after it (for an in-place op returning None,
+``WRITTEN`` names the arguments recorded again after the call); nothing the model computes changes.
 Bounded by ``max_calls_per_op``, ``sample_rate`` (seeded) and ``byte_budget``: a call that does
-not fit is counted as dropped, and nothing is written past the budget. Recorded calls are
-gathered into shards of about ``shard_bytes`` and written by one background thread, so the
-model waits only for the host copies (``shard_bytes=1``: one file per call).
+not fit is counted as dropped, and nothing is written past the budget. The host copies go into
+two reused buffers of ``shard_bytes / 2`` (``staging``); each buffer's calls are one shard,
+written by one background thread while the model fills the other, so the model waits only for
+the copies (``shard_bytes=1``: one file per call). ``prefault=True`` touches both buffers at
+construction, so the model's first calls do not page-fault them in. The index's JSON is built at
+``close()``, off the model's path.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
-from opconform.capture.store import Entry, encode_entry, host_view, write_index, write_shard
+from opconform.capture.staging import Staging, describe, key, tensors
+from opconform.capture.store import Entry, encode_entry, write_index
+
+# In-place ops returning None: their outputs are these arguments as the call left them (the inputs
+# are recorded before it), so replay judges what the kernel wrote (KV-WRITE, bit for bit).
+WRITTEN = {"write_kv_cache": ("k_cache", "v_cache")}
 
 
 def _require(condition: bool, message: str) -> None:
@@ -49,6 +59,7 @@ class Capture:
         seed: int = 0,
         source: str = "captured",
         shard_bytes: int = 64 << 20,
+        prefault: bool = False,
     ):
         _require(
             isinstance(max_calls_per_op, int) and max_calls_per_op >= 0,
@@ -69,12 +80,15 @@ class Capture:
             isinstance(shard_bytes, int) and shard_bytes >= 1,
             f"shard_bytes: expected an int >= 1, got {shard_bytes!r}",
         )
+        _require(isinstance(prefault, bool), f"prefault: expected a bool, got {prefault!r}")
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.max_calls_per_op, self.sample_rate, self.byte_budget = max_calls_per_op, sample_rate, byte_budget
         self.source = source
         self._random = random.Random(seed)
-        self.entries: list[str] = []  # JSON text of each recorded call's index entry (encode_entry)
+        # per recorded call its record, a flat tuple (staging.tensors reads it);
+        # JSON only at close, off the model's path
+        self._records: list[tuple] = []
         self.bytes_written = 0
         self.dropped = {"per_op_limit": 0, "sampling": 0, "byte_budget": 0}
         self._per_op: dict[str, int] = {}
@@ -82,10 +96,11 @@ class Capture:
         self._handles: list = []
         self._pending: dict[int, tuple] = {}
         self.shard_bytes = shard_bytes
-        self._shard: dict[str, torch.Tensor] = {}
-        self._shard_size = 0
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="opconform-capture")
-        self._writes: list = []
+        self._staging = Staging(
+            min(shard_bytes // 2, byte_budget), self._writer,
+            lambda number: self.out / f"shard_{number:06d}.safetensors", prefault=prefault,
+        )  # fmt: skip
 
     # -- recording -----------------------------------------------------------------------------
     def _begin(self, op: str, layer: str, arguments: dict):
@@ -100,57 +115,59 @@ class Capture:
             return None
         if not isinstance(arguments, dict):
             raise TypeError(f"mapping for {layer!r}: expected a dict of {op} arguments, got {arguments!r}")
-        tensors, inputs, options = {}, {}, {}
+        slots: list = []
+        self._staging.open_slots[id(slots)] = slots
+        inputs, options = [], {}
         for name, value in arguments.items():
             if isinstance(value, torch.Tensor):
-                flat, meta = host_view(value)
-                tensors[f"in.{name}"], inputs[name] = flat, {**meta, "key": f"in.{name}"}
+                slots.append(self._staging.stage(value))
+                inputs.append(describe(name, value))
             else:
                 options[name] = value
-        return call, tensors, inputs, options
+        written = WRITTEN.get(op)
+        if written is not None:  # the tensors an in-place op writes, recorded again after the call
+            written = [arguments[n] for n in written if isinstance(arguments.get(n), torch.Tensor)]
+        return call, inputs, options, slots, written
+
+    def _abandon(self, started) -> None:
+        if started is not None:
+            self._staging.open_slots.pop(id(started[3]), None)
 
     def _finish(self, op: str, layer: str, started, output) -> None:
         if started is None:
             return
-        call, tensors, inputs, options = started
-        outputs = []
-        for i, tensor in enumerate(_outputs(output)):
-            flat, meta = host_view(tensor)
-            tensors[f"out.{i}"] = flat
-            outputs.append({**meta, "key": f"out.{i}"})
-        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        call, inputs, options, slots, written = started
+        try:
+            outputs = []
+            for i, tensor in enumerate(_outputs(output) if written is None else written):
+                slots.append(self._staging.stage(tensor))
+                outputs.append(describe(str(i), tensor))
+        finally:
+            del self._staging.open_slots[id(slots)]
+        nbytes = sum(slot[2] for slot in slots)
         if self.bytes_written + nbytes > self.byte_budget:
             self.dropped["byte_budget"] += 1
+            self._staging.release(slots)
             return
-        number = len(self.entries)
-        prefix = f"c{number:06d}."
-        for meta in (*inputs.values(), *outputs):
-            meta["key"] = prefix + meta["key"]
-        entry = Entry(
-            f"shard_{self._shard_number():06d}.safetensors", op, layer, call, options, inputs, outputs, nbytes
-        )
-        try:
-            encoded = encode_entry(entry)
-        except TypeError as exc:
-            raise TypeError(
-                f"mapping for {layer!r}: options must be JSON values (str, number, bool, None): {exc}"
-            ) from None
-        self._shard.update({prefix + key: t for key, t in tensors.items()})
-        self._shard_size += nbytes
-        self.entries.append(encoded)
+        if options:
+            try:
+                json.dumps(options)
+            except TypeError as exc:
+                self._staging.release(slots)
+                raise TypeError(
+                    f"mapping for {layer!r}: options must be JSON values (str, number, bool, None): {exc}"
+                ) from None
+        # one flat tuple per call (staging.tensors reads it): the garbage collector stops tracking it
+        number, shard = len(self._records), self._staging.shard_number()
+        record = (number, shard, op, layer, call, options, nbytes, len(inputs), len(outputs))
+        for meta, slot in zip((*inputs, *outputs), slots, strict=True):
+            record += meta + slot
+        self._records.append(record)
+        self._staging.add(record, nbytes)
         self.bytes_written += nbytes
         self._per_op[op] = self._per_op.get(op, 0) + 1
-        if self._shard_size >= self.shard_bytes:
-            self._flush()
-
-    def _shard_number(self) -> int:
-        return len(self._writes)
-
-    def _flush(self) -> None:
-        if self._shard:
-            path = self.out / f"shard_{self._shard_number():06d}.safetensors"
-            self._writes.append(self._writer.submit(write_shard, path, self._shard))
-            self._shard, self._shard_size = {}, 0
+        if self._staging.size >= self.shard_bytes:
+            self._staging.flush()
 
     # -- attaching -----------------------------------------------------------------------------
     def attach(self, module: torch.nn.Module, op: str, mapping, *, name: str | None = None, output=None):
@@ -186,7 +203,11 @@ class Capture:
         def wrapper(*args, **kwargs):
             layer = name(*args, **kwargs) if callable(name) else name
             started = self._begin(op, layer, mapping(*args, **kwargs))
-            result = function(*args, **kwargs)
+            try:
+                result = function(*args, **kwargs)
+            except BaseException:
+                self._abandon(started)
+                raise
             self._finish(op, layer, started, output(result) if output else result)
             return result
 
@@ -198,9 +219,12 @@ class Capture:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._flush()
+        for started in self._pending.values():  # a module whose forward raised: its hook never ran
+            self._abandon(started)
+        self._pending.clear()
+        self._staging.flush()
         self._writer.shutdown(wait=True)
-        for write in self._writes:
+        for write in self._staging.writes:
             write.result()  # a write that failed (a full disk) raises here
         stats = {"source": self.source, "bytes": self.bytes_written, "dropped": dict(self.dropped)}
         stats["limits"] = {
@@ -208,13 +232,26 @@ class Capture:
             "sample_rate": self.sample_rate,
             "byte_budget": self.byte_budget,
         }
-        return write_index(self.out, self.entries, stats)
+        return write_index(self.out, [encode_entry(_entry(record)) for record in self._records], stats)
 
     def __enter__(self) -> Capture:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _entry(record: tuple) -> Entry:
+    """The index entry of one recorded call (``Capture._finish``'s record)."""
+    number, shard, op, layer, call, options, nbytes = record[:7]
+    inputs, outputs = {}, []
+    for side, name, meta, _ in tensors(record):
+        meta["key"] = key(number, side, name)
+        if side == "in":
+            inputs[name] = meta
+        else:
+            outputs.append(meta)
+    return Entry(f"shard_{shard:06d}.safetensors", op, layer, call, options, inputs, outputs, nbytes)
 
 
 def _op_name(op) -> None:

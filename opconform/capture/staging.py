@@ -1,0 +1,159 @@
+"""Host staging for ``Capture``: recorded tensors copied into two reused host buffers (docs/capture.md).
+
+Each recorded tensor's storage span (``store.view_span``) is copied into the current buffer at
+the next 64-byte boundary; a shard is the tensors of the calls finished since the last flush,
+written by the background writer straight from the buffer while the model fills the other one.
+A buffer is reused only once its shard is on disk, so after the first two the model's copies
+land in memory already mapped (a fresh host allocation per tensor page-faults on every call,
+which cost more than the copy itself). Memory held: the two buffers (``capacity`` bytes each) and
+the tensors too big for a buffer, copied on their own into the shard being gathered.
+
+A slot (where one copy lives) is a plain tuple ``(buffer, start, nbytes, dtype, loose)``:
+``buffer`` 0 or 1 (``LOOSE``: the copy is the tensor ``loose``). A recorded call is held as one
+flat tuple of numbers and strings (its record: ``describe`` and the slot per tensor), which the
+garbage collector stops tracking: one object per call, not a dozen, keeps the full collections
+a long capture triggers rare and cheap (they scan every live object of the process; with
+nested dicts and lists per call they cost more than the copies, 8 -> 25 us a call).
+No pickle: the writer hands the views to safetensors.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from opconform.capture.store import view_span, write_shard
+
+ALIGN = 64
+LOOSE = -1
+
+
+_DTYPES = {d: str(d).removeprefix("torch.") for d in vars(torch).values() if isinstance(d, torch.dtype)}
+HEAD = 9  # a record: (number, shard, op, layer, call, options, nbytes, inputs, outputs), then the tensors
+
+
+def describe(name: str, tensor: torch.Tensor) -> tuple:
+    """A tensor's view as flat fields: name, dtype, ndim, *size, *stride, storage offset, device."""
+    device = "cpu" if tensor.is_cpu else str(tensor.device)
+    return (
+        (name, _DTYPES[tensor.dtype], tensor.dim()) + tuple(tensor.shape) + tensor.stride()
+        + (tensor.storage_offset(), device)
+    )  # fmt: skip
+
+
+def tensors(record: tuple):
+    """(side, name, view metadata, slot) of each tensor of a record, inputs first."""
+    at, counts = HEAD, (("in", record[7]), ("out", record[8]))
+    for side, count in counts:
+        for _ in range(count):
+            name, dtype, ndim = record[at : at + 3]
+            size, stride = record[at + 3 : at + 3 + ndim], record[at + 3 + ndim : at + 3 + 2 * ndim]
+            offset, device = record[at + 3 + 2 * ndim : at + 5 + 2 * ndim]
+            at += 5 + 2 * ndim
+            meta = {"dtype": dtype, "size": list(size), "stride": list(stride), "storage_offset": offset,
+                    "device": device}  # fmt: skip
+            yield side, name, meta, record[at : at + 5]
+            at += 5
+
+
+def key(number: int, side: str, name: str) -> str:
+    return f"c{number:06d}.{side}.{name}"
+
+
+def _write(path, buffer: torch.Tensor | None, records: list) -> None:
+    """Write one shard: the tensors of ``records`` (``Capture._finish``); the ones not loose lie in
+    ``buffer``."""
+    out = {}
+    for record in records:
+        for side, name, _, (where, start, nbytes, dtype, loose) in tensors(record):
+            view = loose if where == LOOSE else buffer.narrow(0, start, nbytes).view(dtype)
+            out[key(record[0], side, name)] = view
+    write_shard(path, out)
+
+
+class Staging:
+    """Two host buffers of ``capacity`` bytes (allocated on first use; ``prefault`` touches them
+    now), the shard being gathered, and ``writer``, the single background thread."""
+
+    def __init__(self, capacity: int, writer, path_of, *, prefault: bool = False):
+        self.capacity, self.writer, self.path_of = capacity, writer, path_of
+        self.buffers: list[torch.Tensor | None] = [None, None]
+        self.busy = [None, None]  # the pending write reading each buffer
+        self.current, self.cursor = 0, 0
+        self.typed: dict[torch.dtype, torch.Tensor] = {}  # the current buffer viewed per dtype
+        self.items: list[tuple] = []  # the shard being gathered: the records of its calls
+        self.size = 0
+        self.open_slots: dict[int, list] = {}  # the slots of each call between begin and finish
+        self.writes: list = []
+        self.waited = 0.0  # seconds the model waited for the writer to free a buffer
+        if prefault and capacity:
+            self.buffers = [torch.zeros(capacity, dtype=torch.uint8) for _ in range(2)]
+
+    def _typed(self, dtype: torch.dtype) -> torch.Tensor:
+        """The current buffer viewed as ``dtype``, made once per buffer and dtype."""
+        buffer = self.buffers[self.current]
+        if buffer is None:
+            buffer = self.buffers[self.current] = torch.empty(self.capacity, dtype=torch.uint8)
+        typed = self.typed[dtype] = buffer.view(dtype)
+        return typed
+
+    def stage(self, tensor: torch.Tensor) -> tuple:
+        """A host copy of ``tensor``'s storage span (the call's input before it runs, or an output)."""
+        if tensor.requires_grad:
+            tensor = tensor.detach()
+        if tensor.is_contiguous():  # the span is the view itself: no stride arithmetic per call
+            span, flat = tensor.numel(), tensor.view(-1)
+        else:
+            span = view_span(tensor)
+            flat = torch.as_strided(tensor, (span,), (1,), tensor.storage_offset())
+        dtype, size = tensor.dtype, tensor.element_size()
+        nbytes = span * size
+        if nbytes == 0 or nbytes > self.capacity:
+            return LOOSE, 0, nbytes, dtype, flat.to("cpu", copy=True)
+        start = (self.cursor + ALIGN - 1) // ALIGN * ALIGN
+        if start + nbytes > self.capacity:
+            self.flush()
+            start = 0
+        typed = self.typed.get(dtype)
+        if typed is None:
+            typed = self._typed(dtype)
+        typed.narrow(0, start // size, span).copy_(flat)
+        self.cursor = start + nbytes
+        return self.current, start, nbytes, dtype, None
+
+    def release(self, slots: list) -> None:
+        """A call dropped after its copies: the buffer space is reused when it was the last taken."""
+        for where, start, nbytes, _, _ in reversed(slots):
+            if where == self.current and start + nbytes == self.cursor:
+                self.cursor = start
+
+    def add(self, record: tuple, nbytes: int) -> None:
+        """A finished call's record (``tensors`` reads it) joins the shard being gathered."""
+        self.items.append(record)
+        self.size += nbytes
+
+    def flush(self) -> None:
+        """Hand the gathered shard to the writer and switch buffers (waiting until the other
+        buffer's last shard is written); the open calls' copies move out of the buffer handed over."""
+        old = self.buffers[self.current]
+        if self.items:
+            future = self.writer.submit(_write, self.path_of(len(self.writes)), old, self.items)
+            self.writes.append(future)
+            self.busy[self.current] = future
+            self.items, self.size = [], 0
+        for slots in self.open_slots.values():  # a call still running (its inputs staged, not its output)
+            for i, (where, start, nbytes, dtype, _) in enumerate(slots):
+                if where == self.current:
+                    slots[i] = LOOSE, 0, nbytes, dtype, old.narrow(0, start, nbytes).view(dtype).clone()
+        self.current, self.typed = 1 - self.current, {}
+        if self.busy[self.current] is not None:
+            started = time.perf_counter()
+            self.busy[self.current].result()
+            self.busy[self.current] = None
+            self.waited += time.perf_counter() - started
+        self.cursor = 0
+
+    def shard_number(self) -> int:
+        """The number of the shard being gathered (the file its calls will be in)."""
+        return len(self.writes)
