@@ -24,6 +24,11 @@ if not any(ep.value == "conformance.plugin" for ep in metadata.entry_points(grou
 
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported; subprocesses inherit it
+# The self-tests start about 55 Python processes that import (and pytest assertion-rewrites) the same
+# modules; where an image sets PYTHONDONTWRITEBYTECODE each compiled them again (0.2-0.4 CPU-s a
+# process, measured). The repository's own runs write the bytecode caches (__pycache__, gitignored).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 def pytest_configure(config):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+import conformance.exit_gc as exit_gc
 import conformance.signatures as signatures
 from conformance import activation, failfast, options, profiles, recorder, rerun, spec_index, time_limit
 from conformance import expectations as manifests
@@ -28,8 +29,7 @@ from conformance import stream as fast_verdict
 from conformance.activation import state
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
 
-# pytest's exit status when a device named with --device is absent (pytest's own are 0-5);
-# `opconform run` exits 3 then (docs/reports.md, exit statuses).
+# pytest's exit status when a --device device is absent (its own are 0-5); `opconform run` exits 3 then
 EXIT_DEVICE_ABSENT = 6
 
 # Third-party noise in a run of the suite, not findings: torch's own jit deprecation, diffusers
@@ -221,6 +221,7 @@ def activate(config) -> None:
     scope = profiles.SuiteProfile(loaded, activation.is_suite_module)
     config.pluginmanager.register(scope, "opconform-profile")
     config.pluginmanager.register(time_limit.TimeLimit(config, profile), "opconform-time-limit")
+    exit_gc.register(config)
     run = activation.State(_select_backends(config), _select_devices(config), profile=profile)
     run.loaded_profile = loaded
     signatures.check_loaded(config, run.backends)  # one line per mismatched op, printed now
