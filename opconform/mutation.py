@@ -66,22 +66,27 @@ def families(package: str = "mutants") -> list[str]:
     return [f"{package}.{m.name}" for m in pkgutil.iter_modules(root.__path__) if not m.name.startswith("_")]
 
 
-def run_batch(module_name: str, *, profile: str, workdir: Path, extra: list[str]) -> results.Document:
-    """One pytest process for one mutant module; returns its --opconform-json document."""
-    module = importlib.import_module(module_name)
-    report = workdir / f"{module_name}.json"
+def run_batch(
+    module_name: str | list[str], *, profile: str, workdir: Path, extra: list[str]
+) -> results.Document:
+    """One pytest process for one mutant module (or several: one interpreter start and one import of
+    torch for all, their properties collected once); returns its --opconform-json document."""
+    names = [module_name] if isinstance(module_name, str) else list(module_name)
+    modules = [importlib.import_module(name) for name in names]
+    properties = list(dict.fromkeys(p for module in modules for p in module.PROPERTIES))
+    report = workdir / f"{'+'.join(names)}.json"
     # The suite's profiles are registered as opconform-NAME; a short name means the suite's.
     profile = f"opconform-{profile}" if profile in SHORT_PROFILES else profile
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-        "--pyargs", *module.PROPERTIES,
-        f"--backend-module={module_name}:BACKENDS", f"--hypothesis-profile={profile}",
+        "--pyargs", *properties, *(f"--backend-module={name}:BACKENDS" for name in names),
+        f"--hypothesis-profile={profile}",
         f"--opconform-json={report}", *extra,
     ]  # fmt: skip
     started = time.monotonic()
     proc = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ))
     if not report.exists():
-        raise _no_results(module_name, proc)
+        raise _no_results(" + ".join(names), proc)
     document = results.load(report)
     document.meta["wall_seconds"] = round(time.monotonic() - started, 2)
     return document
