@@ -14,7 +14,7 @@ flat tuple of numbers and strings (its record: ``describe`` and the slot per ten
 garbage collector stops tracking: one object per call, not a dozen, keeps the full collections
 a long capture triggers rare and cheap (they scan every live object of the process; with
 nested dicts and lists per call they cost more than the copies, 8 -> 25 us a call).
-No pickle: the writer hands the views to safetensors.
+No pickle: the writer writes the safetensors format's raw arrays and JSON header (``store.write_flat``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from opconform.capture.store import view_span, write_shard
+from opconform.capture.store import SAFETENSORS_DTYPES, view_span, write_flat, write_shard
 
 ALIGN = 64
 LOOSE = -1
@@ -61,12 +61,46 @@ def key(number: int, side: str, name: str) -> str:
     return f"c{number:06d}.{side}.{name}"
 
 
+def _slots(record: tuple):
+    """(side, name, slot) of each tensor of a record, inputs first (``tensors`` without the views)."""
+    at = HEAD
+    for side, count in (("in", record[7]), ("out", record[8])):
+        for _ in range(count):
+            end = at + 5 + 2 * record[at + 2]
+            yield side, record[at], record[end : end + 5]
+            at = end + 5
+
+
 def _write(path, buffer: torch.Tensor | None, records: list) -> None:
     """Write one shard: the tensors of ``records`` (``Capture._finish``); the ones not loose lie in
-    ``buffer``."""
+    ``buffer``. Written by hand (``store.write_flat``) with one write per run of tensors adjacent in
+    the buffer; a dtype safetensors' table does not name goes through ``store.write_shard``."""
+    host = None if buffer is None else buffer.numpy()
+    layout, pieces, run = [], [], None  # run: the [begin, end) of the buffer not yet in pieces
+    for record in records:
+        for side, name, (where, start, nbytes, dtype, loose) in _slots(record):
+            if dtype not in SAFETENSORS_DTYPES:
+                return _write_with_safetensors(path, buffer, records)
+            layout.append((key(record[0], side, name), dtype, nbytes))
+            if where != LOOSE and run is not None and run[1] == start:
+                run[1] = start + nbytes
+                continue
+            if run is not None:
+                pieces.append(host[run[0] : run[1]])
+                run = None
+            if where == LOOSE:
+                pieces.append(loose.view(torch.uint8).numpy())
+            else:
+                run = [start, start + nbytes]
+    if run is not None:
+        pieces.append(host[run[0] : run[1]])
+    write_flat(path, layout, pieces)
+
+
+def _write_with_safetensors(path, buffer: torch.Tensor | None, records: list) -> None:
     out = {}
     for record in records:
-        for side, name, _, (where, start, nbytes, dtype, loose) in tensors(record):
+        for side, name, (where, start, nbytes, dtype, loose) in _slots(record):
             view = loose if where == LOOSE else buffer.narrow(0, start, nbytes).view(dtype)
             out[key(record[0], side, name)] = view
     write_shard(path, out)
