@@ -57,6 +57,11 @@ def tensors(record: tuple):
             at += 5
 
 
+def _flat(tensor: torch.Tensor, span: int) -> torch.Tensor:
+    """The ``span`` storage elements from the view's storage offset, as a flat view."""
+    return torch.as_strided(tensor, (span,), (1,), tensor.storage_offset())
+
+
 def key(number: int, side: str, name: str) -> str:
     return f"c{number:06d}.{side}.{name}"
 
@@ -136,14 +141,12 @@ class Staging:
         """A host copy of ``tensor``'s storage span (the call's input before it runs, or an output)."""
         if tensor.requires_grad:
             tensor = tensor.detach()
-        if tensor.is_contiguous():  # the span is the view itself: no stride arithmetic per call
-            span, flat = tensor.numel(), tensor.view(-1)
-        else:
-            span = view_span(tensor)
-            flat = torch.as_strided(tensor, (span,), (1,), tensor.storage_offset())
+        contiguous = tensor.is_contiguous()  # the span is the view itself: one copy_ in its shape
+        span = tensor.numel() if contiguous else view_span(tensor)
         dtype, size = tensor.dtype, tensor.element_size()
         nbytes = span * size
         if nbytes == 0 or nbytes > self.capacity:
+            flat = tensor.reshape(-1) if contiguous else _flat(tensor, span)
             return LOOSE, 0, nbytes, dtype, flat.to("cpu", copy=True)
         start = (self.cursor + ALIGN - 1) // ALIGN * ALIGN
         if start + nbytes > self.capacity:
@@ -152,7 +155,10 @@ class Staging:
         typed = self.typed.get(dtype)
         if typed is None:
             typed = self._typed(dtype)
-        typed.narrow(0, start // size, span).copy_(flat)
+        if contiguous:  # the destination in the tensor's own shape: no flat view of the source
+            torch.as_strided(typed, tensor.shape, tensor.stride(), start // size).copy_(tensor)
+        else:
+            torch.as_strided(typed, (span,), (1,), start // size).copy_(_flat(tensor, span))
         self.cursor = start + nbytes
         return self.current, start, nbytes, dtype, None
 
