@@ -8,9 +8,11 @@ land in memory already mapped (a fresh host allocation per tensor page-faults on
 which cost more than the copy itself). Memory held: the two buffers (``capacity`` bytes each) and
 the tensors too big for a buffer, copied on their own into the shard being gathered.
 
-A slot (where one copy lives) is a plain tuple ``(buffer, start, nbytes, dtype, loose)``:
-``buffer`` 0 or 1 (``LOOSE``: the copy is the tensor ``loose``). A recorded call is held as one
-flat tuple of numbers and strings (its record: ``describe`` and the slot per tensor), which the
+A staged tensor (``Staging.stage``) is one plain tuple: its view's fields (name, dtype, ndim,
+*size, *stride, storage offset, device), then its slot, where the copy lives: ``(buffer, start,
+nbytes, dtype, loose)``, ``buffer`` 0 or 1 (``LOOSE``: the copy is the tensor ``loose``). A
+recorded call is held as one flat tuple of numbers and strings (its record: a head, then its
+staged tensors in a row), which the
 garbage collector stops tracking: one object per call, not a dozen, keeps the full collections
 a long capture triggers rare and cheap (they scan every live object of the process; with
 nested dicts and lists per call they cost more than the copies, 8 -> 25 us a call).
@@ -31,15 +33,6 @@ LOOSE = -1
 
 _DTYPES = {d: str(d).removeprefix("torch.") for d in vars(torch).values() if isinstance(d, torch.dtype)}
 HEAD = 9  # a record: (number, shard, op, layer, call, options, nbytes, inputs, outputs), then the tensors
-
-
-def describe(name: str, tensor: torch.Tensor) -> tuple:
-    """A tensor's view as flat fields: name, dtype, ndim, *size, *stride, storage offset, device."""
-    device = "cpu" if tensor.is_cpu else str(tensor.device)
-    return (
-        (name, _DTYPES[tensor.dtype], tensor.dim()) + tuple(tensor.shape) + tensor.stride()
-        + (tensor.storage_offset(), device)
-    )  # fmt: skip
 
 
 def tensors(record: tuple):
@@ -123,7 +116,7 @@ class Staging:
         self.typed: dict[torch.dtype, torch.Tensor] = {}  # the current buffer viewed per dtype
         self.items: list[tuple] = []  # the shard being gathered: the records of its calls
         self.size = 0
-        self.open_slots: dict[int, list] = {}  # the slots of each call between begin and finish
+        self.open_slots: dict[int, list] = {}  # the staged tensors of each call between begin and finish
         self.writes: list = []
         self.waited = 0.0  # seconds the model waited for the writer to free a buffer
         if prefault and capacity:
@@ -137,17 +130,21 @@ class Staging:
         typed = self.typed[dtype] = buffer.view(dtype)
         return typed
 
-    def stage(self, tensor: torch.Tensor) -> tuple:
-        """A host copy of ``tensor``'s storage span (the call's input before it runs, or an output)."""
+    def stage(self, name: str, tensor: torch.Tensor) -> tuple:
+        """A host copy of ``tensor``'s storage span (the call's input before it runs, or an output):
+        its ``describe`` fields and then its slot, one tuple (a record holds them in a row)."""
         if tensor.requires_grad:
             tensor = tensor.detach()
+        shape, stride, dtype = tensor.shape, tensor.stride(), tensor.dtype
         contiguous = tensor.is_contiguous()  # the span is the view itself: one copy_ in its shape
         span = tensor.numel() if contiguous else view_span(tensor)
-        dtype, size = tensor.dtype, tensor.element_size()
+        size = tensor.element_size()
         nbytes = span * size
+        meta = (name, _DTYPES[dtype], len(shape), *shape, *stride, tensor.storage_offset(),
+                "cpu" if tensor.is_cpu else str(tensor.device))  # fmt: skip
         if nbytes == 0 or nbytes > self.capacity:
             flat = tensor.reshape(-1) if contiguous else _flat(tensor, span)
-            return LOOSE, 0, nbytes, dtype, flat.to("cpu", copy=True)
+            return meta + (LOOSE, 0, nbytes, dtype, flat.to("cpu", copy=True))
         start = (self.cursor + ALIGN - 1) // ALIGN * ALIGN
         if start + nbytes > self.capacity:
             self.flush()
@@ -156,22 +153,18 @@ class Staging:
         if typed is None:
             typed = self._typed(dtype)
         if contiguous:  # the destination in the tensor's own shape: no flat view of the source
-            torch.as_strided(typed, tensor.shape, tensor.stride(), start // size).copy_(tensor)
+            torch.as_strided(typed, shape, stride, start // size).copy_(tensor)
         else:
             torch.as_strided(typed, (span,), (1,), start // size).copy_(_flat(tensor, span))
         self.cursor = start + nbytes
-        return self.current, start, nbytes, dtype, None
+        return meta + (self.current, start, nbytes, dtype, None)
 
-    def release(self, slots: list) -> None:
+    def release(self, staged: list) -> None:
         """A call dropped after its copies: the buffer space is reused when it was the last taken."""
-        for where, start, nbytes, _, _ in reversed(slots):
+        for tensor in reversed(staged):
+            where, start, nbytes = tensor[-5:-2]
             if where == self.current and start + nbytes == self.cursor:
                 self.cursor = start
-
-    def add(self, record: tuple, nbytes: int) -> None:
-        """A finished call's record (``tensors`` reads it) joins the shard being gathered."""
-        self.items.append(record)
-        self.size += nbytes
 
     def flush(self) -> None:
         """Hand the gathered shard to the writer and switch buffers (waiting until the other
@@ -182,10 +175,12 @@ class Staging:
             self.writes.append(future)
             self.busy[self.current] = future
             self.items, self.size = [], 0
-        for slots in self.open_slots.values():  # a call still running (its inputs staged, not its output)
-            for i, (where, start, nbytes, dtype, _) in enumerate(slots):
+        for staged in self.open_slots.values():  # a call still running (its inputs staged, not its output)
+            for i, tensor in enumerate(staged):
+                where, start, nbytes, dtype, _ = tensor[-5:]
                 if where == self.current:
-                    slots[i] = LOOSE, 0, nbytes, dtype, old.narrow(0, start, nbytes).view(dtype).clone()
+                    copy = old.narrow(0, start, nbytes).view(dtype).clone()
+                    staged[i] = tensor[:-5] + (LOOSE, 0, nbytes, dtype, copy)
         self.current, self.typed = 1 - self.current, {}
         if self.busy[self.current] is not None:
             started = time.perf_counter()
@@ -193,7 +188,3 @@ class Staging:
             self.busy[self.current] = None
             self.waited += time.perf_counter() - started
         self.cursor = 0
-
-    def shard_number(self) -> int:
-        """The number of the shard being gathered (the file its calls will be in)."""
-        return len(self.writes)
