@@ -173,9 +173,10 @@ class Capture:
             self.dropped["byte_budget"] += 1
             staging.release(staged)
             return
+        text = None  # the options as JSON text: a dict in the record would keep the GC tracking it
         if options:
             try:
-                json.dumps(options)
+                text = json.dumps(options)
             except TypeError as exc:
                 staging.release(staged)
                 layer = site.layer
@@ -183,7 +184,7 @@ class Capture:
                     f"mapping for {layer!r}: options must be JSON values (str, number, bool, None): {exc}"
                 ) from None
         # one flat tuple per call (staging.tensors reads it): the garbage collector stops tracking it
-        record = (len(self._records), len(staging.writes), site.op, site.layer, call, options, nbytes, inputs,
+        record = (len(self._records), len(staging.writes), site.op, site.layer, call, text, nbytes, inputs,
                   len(staged) - inputs)  # fmt: skip
         for tensor in staged:
             record += tensor
@@ -273,6 +274,7 @@ class Capture:
 def _entry(record: tuple) -> Entry:
     """The index entry of one recorded call (``Capture._finish``'s record)."""
     number, shard, op, layer, call, options, nbytes = record[:7]
+    options = json.loads(options) if options else {}
     inputs, outputs = {}, []
     for side, name, meta, _ in tensors(record):
         meta["key"] = key(number, side, name)

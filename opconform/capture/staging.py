@@ -32,7 +32,9 @@ LOOSE = -1
 
 
 _DTYPES = {d: str(d).removeprefix("torch.") for d in vars(torch).values() if isinstance(d, torch.dtype)}
-HEAD = 9  # a record: (number, shard, op, layer, call, options, nbytes, inputs, outputs), then the tensors
+# a record: (number, shard, op, layer, call, options as JSON text or None, nbytes, inputs, outputs),
+# then the tensors
+HEAD = 9
 
 
 def tensors(record: tuple):
