@@ -234,7 +234,7 @@ def test_shards_written_by_hand_are_valid_safetensors_and_every_dtype_comes_back
 
     torch.manual_seed(0)
     dtypes = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64,
-              torch.bool, torch.uint8, torch.int8, torch.uint16]  # fmt: skip
+              torch.bool, torch.uint8, torch.int8, torch.int16, torch.complex64, torch.uint16]  # fmt: skip
     sizes = (0, 1, 3, 50, 300)
     given = [(_bits(d, n), _bits(d, 4 * n).reshape(n, 4)[:, 1::2]) for d in dtypes for n in sizes]
     with Capture(tmp_path, shard_bytes=2048) as cap:  # buffers of 1024 bytes: 300 float64 are loose

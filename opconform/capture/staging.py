@@ -21,6 +21,7 @@ No pickle: the writer writes the safetensors format's raw arrays and JSON header
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -74,7 +75,9 @@ def _slots(record: tuple):
 def _write(path, buffer: torch.Tensor | None, records: list) -> None:
     """Write one shard: the tensors of ``records`` (``Capture._finish``); the ones not loose lie in
     ``buffer``. Written by hand (``store.write_flat``) with one write per run of tensors adjacent in
-    the buffer; a dtype safetensors' table does not name goes through ``store.write_shard``."""
+    the buffer; a dtype outside its table, or a big-endian host, goes through ``store.write_shard``."""
+    if sys.byteorder != "little":  # the format is little-endian; save_file swaps the bytes
+        return _write_with_safetensors(path, buffer, records)
     host = None if buffer is None else buffer.numpy()
     layout, pieces, run = [], [], None  # run: the [begin, end) of the buffer not yet in pieces
     for record in records:
