@@ -12,11 +12,11 @@ A staged tensor (``Staging.stage``) is one plain tuple: its view's fields (name,
 *size, *stride, storage offset, device), then its slot, where the copy lives: ``(buffer, start,
 nbytes, dtype, loose)``, ``buffer`` 0 or 1 (``LOOSE``: the copy is the tensor ``loose``). A
 recorded call is held as one flat tuple of numbers and strings (its record: a head, then its
-staged tensors in a row), which the
-garbage collector stops tracking: one object per call, not a dozen, keeps the full collections
-a long capture triggers rare and cheap (they scan every live object of the process; with
-nested dicts and lists per call they cost more than the copies, 8 -> 25 us a call).
-No pickle: the writer writes the safetensors format's raw arrays and JSON header (``store.write_flat``).
+staged tensors in a row; the options as JSON text), which the garbage collector stops tracking:
+one object per call, not a dozen, keeps the full collections a long capture triggers rare and
+cheap (they scan every live object of the process; with nested dicts and lists per call they
+cost more than the copies, 8 -> 25 us a call). No pickle: the writer writes the safetensors
+format itself, raw arrays after a JSON header (``store.write_flat``).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class Staging:
 
     def stage(self, name: str, tensor: torch.Tensor) -> tuple:
         """A host copy of ``tensor``'s storage span (the call's input before it runs, or an output):
-        its ``describe`` fields and then its slot, one tuple (a record holds them in a row)."""
+        the staged tensor, its view's fields named ``name`` and then its slot (module docstring)."""
         if tensor.requires_grad:
             tensor = tensor.detach()
         shape, stride, dtype = tensor.shape, tensor.stride(), tensor.dtype
