@@ -254,3 +254,18 @@ def test_shards_written_by_hand_are_valid_safetensors_and_every_dtype_comes_back
             assert set(opened.keys()) == names
         raw = (tmp_path / shard).read_bytes()
         assert len(raw) == 8 + int.from_bytes(raw[:8], "little") + sum(e.nbytes for e in mine)
+
+
+def test_a_recorded_call_is_one_record_the_garbage_collector_does_not_track(tmp_path):
+    """staging's design: one flat tuple per call of numbers and strings (the options as JSON text),
+    so a long capture does not make every collection scan a dozen objects per call."""
+    import gc
+
+    norm = Norm()
+    with Capture(tmp_path) as cap:
+        cap.attach(norm, "rms_norm", _norm_mapping, name="model.norm")
+        norm(torch.randn(6, 16))
+        gc.collect()
+        assert cap._records and not any(gc.is_tracked(record) for record in cap._records)
+    _, entries = read_index(tmp_path)
+    assert entries[0].options == {"eps": 1e-6}
