@@ -1,9 +1,11 @@
-"""The capture folder: ``index.json`` plus one safetensors file per recorded call (docs/capture.md).
+"""The capture folder: ``index.json`` plus the safetensors shards holding the calls' tensors
+(docs/capture.md; ``shard_bytes=1``: one file per call).
 
 A tensor is stored as its view: the span of storage the view reaches (``storage_offset`` to its
 last element, flat and contiguous) under one safetensors key, and ``size``, ``stride`` and
 ``storage_offset`` in the index, so a transposed or sliced input comes back with the strides the
-kernel saw. No pickle anywhere: safetensors holds raw arrays and the index is JSON. Every error
+kernel saw. No pickle anywhere: safetensors holds raw arrays (the staged shards are written in its
+format by ``write_flat``, read back by safetensors itself) and the index is JSON. Every error
 reading a folder is a ``CaptureError``, one line naming the file.
 """
 
