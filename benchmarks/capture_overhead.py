@@ -5,6 +5,9 @@ nothing about time (a shared CI machine's timings are noise). Each round times t
 and then the captured one (a fresh capture: its construction, the forward, its ``close()``), so a
 ratio pairs two forwards measured under the same load; the medians and the best round are shown.
 The floor is the forward plus the two host copies per call into warm buffers, without capture.
+The captured forward's wall time beyond the model thread's CPU is split into waiting for a write
+to free a buffer and waiting, runnable, for a core (Linux schedstat: the writer's CPU, shown
+too, and other processes take the cores).
 ``python scripts/docs_figures.py capture-overhead`` writes docs/generated/capture-overhead.md.
 
     python -m benchmarks.capture_overhead [--rows 8] [--calls 1000] [--rounds 5] [--threads N]
@@ -46,6 +49,15 @@ def _both(function) -> tuple[float, float, object]:
     return wall, time.thread_time() - cpu, result
 
 
+def _queued() -> float:
+    """Seconds the calling thread has waited runnable for a core (Linux schedstat; 0 elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _floor(model, x) -> tuple[float, float]:
     """The forward with each call's two host copies (input before, output after) into warm buffers."""
     buffers = torch.empty(len(model.layers), 2, x.numel())
@@ -68,14 +80,17 @@ def _captured(model, x, budget, prefault, calls):
         )
         for i, layer in enumerate(model.layers):
             capture.attach(layer, "new_gelu", lambda m, a, k: {"x": a[0]}, name=f"layers.{i}")
+        queued, process = _queued(), time.process_time()
         forward, cpu, out = _both(lambda: model(x))
+        queued, others = _queued() - queued, time.process_time() - process - cpu
         waited = capture._staging.waited
         closing, _ = _timed(capture.close)
         assert all(torch.equal(o, F.gelu(x, approximate="tanh")) for o in out[:3])
         index, entries = read_index(folder)
         on_disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
     return {"built": built, "forward": forward, "cpu": cpu, "close": closing, "waited": waited,
-            "recorded": len(entries), "bytes": index["bytes"], "on_disk": on_disk}  # fmt: skip
+            "queued": queued, "others": others, "recorded": len(entries), "bytes": index["bytes"],
+            "on_disk": on_disk}  # fmt: skip
 
 
 def _ms(values) -> str:
@@ -116,6 +131,8 @@ def main(argv=None) -> None:
     captured = [r["forward"] for r in runs]
     print(f"  forward with capture:          {_ms(captured)}; CPU {_ms([r['cpu'] for r in runs])}")
     print(f"  of which waiting for writes:   {_ms([r['waited'] for r in runs])}")
+    print(f"  of which waiting for a core:   {_ms([r['queued'] for r in runs])}")
+    print(f"  other threads' CPU meanwhile:  {_ms([r['others'] for r in runs])} (writer, torch's workers)")
     print(f"  Capture() construction:        {_ms([r['built'] for r in runs])}")
     print(f"  close() (last writes, index):  {_ms([r['close'] for r in runs])}")
     closed = [r["forward"] + r["close"] for r in runs]

@@ -212,3 +212,60 @@ def test_staging_buffers_keep_every_call_across_flushes_nesting_and_oversize_ten
         want = x * 2 if entry.layer == "inner" else x * 2 + 1
         assert torch.equal(outputs[0], want), (entry.layer, entry.call)
     assert seen["inner"] and seen["outer"] and index["bytes"] == sum(e.nbytes for e in entries)
+
+
+def _bits(dtype, n):
+    """``n`` elements of ``dtype`` with random bits (NaNs and subnormals among them)."""
+    bits = torch.randint(0, 256, (n * dtype.itemsize,), dtype=torch.uint8)
+    return (bits % 2 if dtype == torch.bool else bits).view(dtype)
+
+
+def _same(a, b) -> bool:
+    flat = [t.contiguous().reshape(-1).view(torch.uint8) for t in (a, b)]
+    return a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride() and torch.equal(*flat)
+
+
+def test_shards_written_by_hand_are_valid_safetensors_and_every_dtype_comes_back_bit_for_bit(tmp_path):
+    """The staged shards are written without safetensors' save_file (store.write_flat): safe_open
+    validates every file, which holds exactly the index's keys and the tensor bytes (no padding),
+    and every dtype comes back bit for bit: empty, odd-sized, strided and oversize (loose) tensors,
+    and a dtype outside write_flat's table (uint16, through save_file)."""
+    from safetensors import safe_open
+
+    torch.manual_seed(0)
+    dtypes = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32, torch.int64,
+              torch.bool, torch.uint8, torch.int8, torch.int16, torch.complex64, torch.uint16]  # fmt: skip
+    sizes = (0, 1, 3, 50, 300)
+    given = [(_bits(d, n), _bits(d, 4 * n).reshape(n, 4)[:, 1::2]) for d in dtypes for n in sizes]
+    with Capture(tmp_path, shard_bytes=2048) as cap:  # buffers of 1024 bytes: 300 float64 are loose
+        f = cap.wrap(lambda a, b: a.clone(), "rms_norm", lambda a, b: {"x": a, "weight": b}, name="f")
+        for a, b in given:
+            f(a, b)
+    index, entries = read_index(tmp_path)
+    assert len(entries) == len(given) and index["bytes"] == sum(e.nbytes for e in entries)
+    for entry in entries:
+        inputs, outputs = read_call(tmp_path, entry)
+        a, b = given[entry.call]
+        assert _same(inputs["x"], a) and _same(inputs["weight"], b) and _same(outputs[0], a), entry.call
+    for shard in sorted({e.file for e in entries}):
+        mine = [e for e in entries if e.file == shard]
+        names = {m["key"] for e in mine for m in (*e.inputs.values(), *e.outputs)}
+        with safe_open(str(tmp_path / shard), framework="pt") as opened:
+            assert set(opened.keys()) == names
+        raw = (tmp_path / shard).read_bytes()
+        assert len(raw) == 8 + int.from_bytes(raw[:8], "little") + sum(e.nbytes for e in mine)
+
+
+def test_a_recorded_call_is_one_record_the_garbage_collector_does_not_track(tmp_path):
+    """staging's design: one flat tuple per call of numbers and strings (the options as JSON text),
+    so a long capture does not make every collection scan a dozen objects per call."""
+    import gc
+
+    norm = Norm()
+    with Capture(tmp_path) as cap:
+        cap.attach(norm, "rms_norm", _norm_mapping, name="model.norm")
+        norm(torch.randn(6, 16))
+        gc.collect()
+        assert cap._records and not any(gc.is_tracked(record) for record in cap._records)
+    _, entries = read_index(tmp_path)
+    assert entries[0].options == {"eps": 1e-6}

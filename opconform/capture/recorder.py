@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from opconform.capture.staging import Staging, describe, key, tensors
+from opconform.capture.staging import Staging, key, tensors
 from opconform.capture.store import Entry, encode_entry, write_index
 
 # In-place ops returning None: their outputs are these arguments as the call left them (the inputs
@@ -44,6 +44,17 @@ def _outputs(output) -> list[torch.Tensor]:
     if isinstance(output, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in output):
         return list(output)
     raise TypeError(f"output: expected a tensor or a tuple of tensors, got {type(output).__name__}")
+
+
+class _Site:
+    """What one attached module or named function records as, made once (not per call): the op,
+    the layer, the op's ``WRITTEN`` names and the counters it shares, ``[n]`` lists: its layer's
+    calls and its op's recorded calls."""
+
+    __slots__ = ("op", "layer", "written", "calls", "recorded")
+
+    def __init__(self, op: str, layer: str, written, calls: list, recorded: list):
+        self.op, self.layer, self.written, self.calls, self.recorded = op, layer, written, calls, recorded
 
 
 class Capture:
@@ -91,8 +102,9 @@ class Capture:
         self._records: list[tuple] = []
         self.bytes_written = 0
         self.dropped = {"per_op_limit": 0, "sampling": 0, "byte_budget": 0}
-        self._per_op: dict[str, int] = {}
-        self._calls: dict[str, int] = {}
+        self._per_op: dict[str, list[int]] = {}  # per op: [its calls recorded]
+        self._calls: dict[str, list[int]] = {}  # per layer: [its calls]
+        self._sites: dict[tuple[str, str], _Site] = {}
         self._handles: list = []
         self._pending: dict[int, tuple] = {}
         self.shard_bytes = shard_bytes
@@ -103,71 +115,86 @@ class Capture:
         )  # fmt: skip
 
     # -- recording -----------------------------------------------------------------------------
-    def _begin(self, op: str, layer: str, arguments: dict):
+    def _site(self, op: str, layer: str) -> _Site:
+        site = self._sites.get((op, layer))
+        if site is None:
+            calls, recorded = self._calls.setdefault(layer, [0]), self._per_op.setdefault(op, [0])
+            site = self._sites[op, layer] = _Site(op, layer, WRITTEN.get(op), calls, recorded)
+        return site
+
+    def _begin(self, site: _Site, arguments: dict):
         """Decide whether this call is recorded; if so, the host copies of its tensor inputs."""
-        call = self._calls.get(layer, 0)
-        self._calls[layer] = call + 1
-        if self._per_op.get(op, 0) >= self.max_calls_per_op:
+        calls = site.calls
+        call = calls[0]
+        calls[0] = call + 1
+        if site.recorded[0] >= self.max_calls_per_op:
             self.dropped["per_op_limit"] += 1
             return None
         if self.sample_rate < 1.0 and self._random.random() >= self.sample_rate:
             self.dropped["sampling"] += 1
             return None
         if not isinstance(arguments, dict):
-            raise TypeError(f"mapping for {layer!r}: expected a dict of {op} arguments, got {arguments!r}")
-        slots: list = []
-        self._staging.open_slots[id(slots)] = slots
-        inputs, options = [], {}
+            raise TypeError(
+                f"mapping for {site.layer!r}: expected a dict of {site.op} arguments, got {arguments!r}"
+            )
+        stage, staged, options = self._staging.stage, [], {}
+        self._staging.open_slots[id(staged)] = staged
         for name, value in arguments.items():
             if isinstance(value, torch.Tensor):
-                slots.append(self._staging.stage(value))
-                inputs.append(describe(name, value))
+                staged.append(stage(name, value))
             else:
                 options[name] = value
-        written = WRITTEN.get(op)
+        written = site.written
         if written is not None:  # the tensors an in-place op writes, recorded again after the call
             written = [arguments[n] for n in written if isinstance(arguments.get(n), torch.Tensor)]
-        return call, inputs, options, slots, written
+        return call, options, staged, written
 
     def _abandon(self, started) -> None:
         if started is not None:
-            self._staging.open_slots.pop(id(started[3]), None)
+            self._staging.open_slots.pop(id(started[2]), None)
 
-    def _finish(self, op: str, layer: str, started, output) -> None:
+    def _finish(self, site: _Site, started, output) -> None:
         if started is None:
             return
-        call, inputs, options, slots, written = started
+        call, options, staged, written = started
+        inputs, staging = len(staged), self._staging
         try:
-            outputs = []
-            for i, tensor in enumerate(_outputs(output) if written is None else written):
-                slots.append(self._staging.stage(tensor))
-                outputs.append(describe(str(i), tensor))
+            if written is None and isinstance(output, torch.Tensor):
+                staged.append(staging.stage("0", output))
+            else:
+                for i, tensor in enumerate(_outputs(output) if written is None else written):
+                    staged.append(staging.stage(str(i), tensor))
         finally:
-            del self._staging.open_slots[id(slots)]
-        nbytes = sum(slot[2] for slot in slots)
+            del staging.open_slots[id(staged)]
+        nbytes = 0
+        for tensor in staged:
+            nbytes += tensor[-3]
         if self.bytes_written + nbytes > self.byte_budget:
             self.dropped["byte_budget"] += 1
-            self._staging.release(slots)
+            staging.release(staged)
             return
+        text = None  # the options as JSON text: a dict in the record would keep the GC tracking it
         if options:
             try:
-                json.dumps(options)
+                text = json.dumps(options)
             except TypeError as exc:
-                self._staging.release(slots)
+                staging.release(staged)
+                layer = site.layer
                 raise TypeError(
                     f"mapping for {layer!r}: options must be JSON values (str, number, bool, None): {exc}"
                 ) from None
         # one flat tuple per call (staging.tensors reads it): the garbage collector stops tracking it
-        number, shard = len(self._records), self._staging.shard_number()
-        record = (number, shard, op, layer, call, options, nbytes, len(inputs), len(outputs))
-        for meta, slot in zip((*inputs, *outputs), slots, strict=True):
-            record += meta + slot
+        record = (len(self._records), len(staging.writes), site.op, site.layer, call, text, nbytes, inputs,
+                  len(staged) - inputs)  # fmt: skip
+        for tensor in staged:
+            record += tensor
         self._records.append(record)
-        self._staging.add(record, nbytes)
+        staging.items.append(record)
+        staging.size += nbytes
         self.bytes_written += nbytes
-        self._per_op[op] = self._per_op.get(op, 0) + 1
-        if self._staging.size >= self.shard_bytes:
-            self._staging.flush()
+        site.recorded[0] += 1
+        if staging.size >= self.shard_bytes:
+            staging.flush()
 
     # -- attaching -----------------------------------------------------------------------------
     def attach(self, module: torch.nn.Module, op: str, mapping, *, name: str | None = None, output=None):
@@ -176,13 +203,14 @@ class Capture:
         _op_name(op)
         _require(isinstance(module, torch.nn.Module), f"module: expected a torch.nn.Module, got {module!r}")
         _require(callable(mapping), f"mapping: expected a callable, got {mapping!r}")
-        layer = name or f"{type(module).__name__}@{id(module):x}"
+        site = self._site(op, name or f"{type(module).__name__}@{id(module):x}")
+        begin, finish, pending, where = self._begin, self._finish, self._pending, id(module)
 
         def pre(mod, args, kwargs):
-            self._pending[id(mod)] = self._begin(op, layer, mapping(mod, args, kwargs))
+            pending[where] = begin(site, mapping(mod, args, kwargs))
 
         def post(mod, args, kwargs, result):
-            self._finish(op, layer, self._pending.pop(id(mod), None), output(result) if output else result)
+            finish(site, pending.pop(where, None), output(result) if output else result)
 
         self._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(module.register_forward_hook(post, with_kwargs=True))
@@ -201,15 +229,17 @@ class Capture:
 
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
-            layer = name(*args, **kwargs) if callable(name) else name
-            started = self._begin(op, layer, mapping(*args, **kwargs))
+            site = self._site(op, name(*args, **kwargs)) if callable(name) else fixed
+            started = self._begin(site, mapping(*args, **kwargs))
             try:
                 result = function(*args, **kwargs)
             except BaseException:
                 self._abandon(started)
                 raise
-            self._finish(op, layer, started, output(result) if output else result)
+            self._finish(site, started, output(result) if output else result)
             return result
+
+        fixed = None if callable(name) else self._site(op, name)
 
         return wrapper
 
@@ -244,6 +274,7 @@ class Capture:
 def _entry(record: tuple) -> Entry:
     """The index entry of one recorded call (``Capture._finish``'s record)."""
     number, shard, op, layer, call, options, nbytes = record[:7]
+    options = json.loads(options) if options else {}
     inputs, outputs = {}, []
     for side, name, meta, _ in tensors(record):
         meta["key"] = key(number, side, name)

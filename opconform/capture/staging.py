@@ -8,38 +8,34 @@ land in memory already mapped (a fresh host allocation per tensor page-faults on
 which cost more than the copy itself). Memory held: the two buffers (``capacity`` bytes each) and
 the tensors too big for a buffer, copied on their own into the shard being gathered.
 
-A slot (where one copy lives) is a plain tuple ``(buffer, start, nbytes, dtype, loose)``:
-``buffer`` 0 or 1 (``LOOSE``: the copy is the tensor ``loose``). A recorded call is held as one
-flat tuple of numbers and strings (its record: ``describe`` and the slot per tensor), which the
-garbage collector stops tracking: one object per call, not a dozen, keeps the full collections
-a long capture triggers rare and cheap (they scan every live object of the process; with
-nested dicts and lists per call they cost more than the copies, 8 -> 25 us a call).
-No pickle: the writer hands the views to safetensors.
+A staged tensor (``Staging.stage``) is one plain tuple: its view's fields (name, dtype, ndim,
+*size, *stride, storage offset, device), then its slot, where the copy lives: ``(buffer, start,
+nbytes, dtype, loose)``, ``buffer`` 0 or 1 (``LOOSE``: the copy is the tensor ``loose``). A
+recorded call is held as one flat tuple of numbers and strings (its record: a head, then its
+staged tensors in a row; the options as JSON text), which the garbage collector stops tracking:
+one object per call, not a dozen, keeps the full collections a long capture triggers rare and
+cheap (they scan every live object of the process; with nested dicts and lists per call they
+cost more than the copies, 8 -> 25 us a call). No pickle: the writer writes the safetensors
+format itself, raw arrays after a JSON header (``store.write_flat``).
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
 
-from opconform.capture.store import view_span, write_shard
+from opconform.capture.store import SAFETENSORS_DTYPES, view_span, write_flat, write_shard
 
 ALIGN = 64
 LOOSE = -1
 
 
 _DTYPES = {d: str(d).removeprefix("torch.") for d in vars(torch).values() if isinstance(d, torch.dtype)}
-HEAD = 9  # a record: (number, shard, op, layer, call, options, nbytes, inputs, outputs), then the tensors
-
-
-def describe(name: str, tensor: torch.Tensor) -> tuple:
-    """A tensor's view as flat fields: name, dtype, ndim, *size, *stride, storage offset, device."""
-    device = "cpu" if tensor.is_cpu else str(tensor.device)
-    return (
-        (name, _DTYPES[tensor.dtype], tensor.dim()) + tuple(tensor.shape) + tensor.stride()
-        + (tensor.storage_offset(), device)
-    )  # fmt: skip
+# a record: (number, shard, op, layer, call, options as JSON text or None, nbytes, inputs, outputs),
+# then the tensors
+HEAD = 9
 
 
 def tensors(record: tuple):
@@ -57,16 +53,57 @@ def tensors(record: tuple):
             at += 5
 
 
+def _flat(tensor: torch.Tensor, span: int) -> torch.Tensor:
+    """The ``span`` storage elements from the view's storage offset, as a flat view."""
+    return torch.as_strided(tensor, (span,), (1,), tensor.storage_offset())
+
+
 def key(number: int, side: str, name: str) -> str:
     return f"c{number:06d}.{side}.{name}"
 
 
+def _slots(record: tuple):
+    """(side, name, slot) of each tensor of a record, inputs first (``tensors`` without the views)."""
+    at = HEAD
+    for side, count in (("in", record[7]), ("out", record[8])):
+        for _ in range(count):
+            end = at + 5 + 2 * record[at + 2]
+            yield side, record[at], record[end : end + 5]
+            at = end + 5
+
+
 def _write(path, buffer: torch.Tensor | None, records: list) -> None:
     """Write one shard: the tensors of ``records`` (``Capture._finish``); the ones not loose lie in
-    ``buffer``."""
+    ``buffer``. Written by hand (``store.write_flat``) with one write per run of tensors adjacent in
+    the buffer; a dtype outside its table, or a big-endian host, goes through ``store.write_shard``."""
+    if sys.byteorder != "little":  # the format is little-endian; save_file swaps the bytes
+        return _write_with_safetensors(path, buffer, records)
+    host = None if buffer is None else buffer.numpy()
+    layout, pieces, run = [], [], None  # run: the [begin, end) of the buffer not yet in pieces
+    for record in records:
+        for side, name, (where, start, nbytes, dtype, loose) in _slots(record):
+            if dtype not in SAFETENSORS_DTYPES:
+                return _write_with_safetensors(path, buffer, records)
+            layout.append((key(record[0], side, name), dtype, nbytes))
+            if where != LOOSE and run is not None and run[1] == start:
+                run[1] = start + nbytes
+                continue
+            if run is not None:
+                pieces.append(host[run[0] : run[1]])
+                run = None
+            if where == LOOSE:
+                pieces.append(loose.view(torch.uint8).numpy())
+            else:
+                run = [start, start + nbytes]
+    if run is not None:
+        pieces.append(host[run[0] : run[1]])
+    write_flat(path, layout, pieces)
+
+
+def _write_with_safetensors(path, buffer: torch.Tensor | None, records: list) -> None:
     out = {}
     for record in records:
-        for side, name, _, (where, start, nbytes, dtype, loose) in tensors(record):
+        for side, name, (where, start, nbytes, dtype, loose) in _slots(record):
             view = loose if where == LOOSE else buffer.narrow(0, start, nbytes).view(dtype)
             out[key(record[0], side, name)] = view
     write_shard(path, out)
@@ -84,7 +121,7 @@ class Staging:
         self.typed: dict[torch.dtype, torch.Tensor] = {}  # the current buffer viewed per dtype
         self.items: list[tuple] = []  # the shard being gathered: the records of its calls
         self.size = 0
-        self.open_slots: dict[int, list] = {}  # the slots of each call between begin and finish
+        self.open_slots: dict[int, list] = {}  # the staged tensors of each call between begin and finish
         self.writes: list = []
         self.waited = 0.0  # seconds the model waited for the writer to free a buffer
         if prefault and capacity:
@@ -98,19 +135,21 @@ class Staging:
         typed = self.typed[dtype] = buffer.view(dtype)
         return typed
 
-    def stage(self, tensor: torch.Tensor) -> tuple:
-        """A host copy of ``tensor``'s storage span (the call's input before it runs, or an output)."""
+    def stage(self, name: str, tensor: torch.Tensor) -> tuple:
+        """A host copy of ``tensor``'s storage span (the call's input before it runs, or an output):
+        the staged tensor, its view's fields named ``name`` and then its slot (module docstring)."""
         if tensor.requires_grad:
             tensor = tensor.detach()
-        if tensor.is_contiguous():  # the span is the view itself: no stride arithmetic per call
-            span, flat = tensor.numel(), tensor.view(-1)
-        else:
-            span = view_span(tensor)
-            flat = torch.as_strided(tensor, (span,), (1,), tensor.storage_offset())
-        dtype, size = tensor.dtype, tensor.element_size()
+        shape, stride, dtype = tensor.shape, tensor.stride(), tensor.dtype
+        contiguous = tensor.is_contiguous()  # the span is the view itself: one copy_ in its shape
+        span = tensor.numel() if contiguous else view_span(tensor)
+        size = tensor.element_size()
         nbytes = span * size
+        meta = (name, _DTYPES[dtype], len(shape), *shape, *stride, tensor.storage_offset(),
+                "cpu" if tensor.is_cpu else str(tensor.device))  # fmt: skip
         if nbytes == 0 or nbytes > self.capacity:
-            return LOOSE, 0, nbytes, dtype, flat.to("cpu", copy=True)
+            flat = tensor.reshape(-1) if contiguous else _flat(tensor, span)
+            return meta + (LOOSE, 0, nbytes, dtype, flat.to("cpu", copy=True))
         start = (self.cursor + ALIGN - 1) // ALIGN * ALIGN
         if start + nbytes > self.capacity:
             self.flush()
@@ -118,20 +157,19 @@ class Staging:
         typed = self.typed.get(dtype)
         if typed is None:
             typed = self._typed(dtype)
-        typed.narrow(0, start // size, span).copy_(flat)
+        if contiguous:  # the destination in the tensor's own shape: no flat view of the source
+            torch.as_strided(typed, shape, stride, start // size).copy_(tensor)
+        else:
+            torch.as_strided(typed, (span,), (1,), start // size).copy_(_flat(tensor, span))
         self.cursor = start + nbytes
-        return self.current, start, nbytes, dtype, None
+        return meta + (self.current, start, nbytes, dtype, None)
 
-    def release(self, slots: list) -> None:
+    def release(self, staged: list) -> None:
         """A call dropped after its copies: the buffer space is reused when it was the last taken."""
-        for where, start, nbytes, _, _ in reversed(slots):
+        for tensor in reversed(staged):
+            where, start, nbytes = tensor[-5:-2]
             if where == self.current and start + nbytes == self.cursor:
                 self.cursor = start
-
-    def add(self, record: tuple, nbytes: int) -> None:
-        """A finished call's record (``tensors`` reads it) joins the shard being gathered."""
-        self.items.append(record)
-        self.size += nbytes
 
     def flush(self) -> None:
         """Hand the gathered shard to the writer and switch buffers (waiting until the other
@@ -142,10 +180,12 @@ class Staging:
             self.writes.append(future)
             self.busy[self.current] = future
             self.items, self.size = [], 0
-        for slots in self.open_slots.values():  # a call still running (its inputs staged, not its output)
-            for i, (where, start, nbytes, dtype, _) in enumerate(slots):
+        for staged in self.open_slots.values():  # a call still running (its inputs staged, not its output)
+            for i, tensor in enumerate(staged):
+                where, start, nbytes, dtype, _ = tensor[-5:]
                 if where == self.current:
-                    slots[i] = LOOSE, 0, nbytes, dtype, old.narrow(0, start, nbytes).view(dtype).clone()
+                    copy = old.narrow(0, start, nbytes).view(dtype).clone()
+                    staged[i] = tensor[:-5] + (LOOSE, 0, nbytes, dtype, copy)
         self.current, self.typed = 1 - self.current, {}
         if self.busy[self.current] is not None:
             started = time.perf_counter()
@@ -153,7 +193,3 @@ class Staging:
             self.busy[self.current] = None
             self.waited += time.perf_counter() - started
         self.cursor = 0
-
-    def shard_number(self) -> int:
-        """The number of the shard being gathered (the file its calls will be in)."""
-        return len(self.writes)

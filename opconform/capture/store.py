@@ -1,9 +1,11 @@
-"""The capture folder: ``index.json`` plus one safetensors file per recorded call (docs/capture.md).
+"""The capture folder: ``index.json`` plus the safetensors shards holding the calls' tensors
+(docs/capture.md; ``shard_bytes=1``: one file per call).
 
 A tensor is stored as its view: the span of storage the view reaches (``storage_offset`` to its
 last element, flat and contiguous) under one safetensors key, and ``size``, ``stride`` and
 ``storage_offset`` in the index, so a transposed or sliced input comes back with the strides the
-kernel saw. No pickle anywhere: safetensors holds raw arrays and the index is JSON. Every error
+kernel saw. No pickle anywhere: safetensors holds raw arrays (the staged shards are written in its
+format by ``write_flat``, read back by safetensors itself) and the index is JSON. Every error
 reading a folder is a ``CaptureError``, one line naming the file.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -94,6 +97,37 @@ def write_shard(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     from safetensors.torch import save_file
 
     save_file(tensors, str(path))
+
+
+# safetensors' names of the dtypes it stores (its format's "dtype" field)
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.bool: "BOOL", torch.complex64: "C64",
+}  # fmt: skip
+
+
+def write_flat(path: Path, layout: list[tuple[str, torch.dtype, int]], pieces: list) -> None:
+    """A safetensors file of flat tensors written by hand: ``layout`` gives each tensor's key, dtype
+    (in ``SAFETENSORS_DTYPES``) and byte count in file order, ``pieces`` the buffers (numpy uint8
+    views of the host copies, no copy) whose concatenation is the data. The format: the header's
+    length (8 bytes, little-endian), the JSON header padded with spaces to a multiple of 8, then
+    the tensors back to back (safetensors allows no holes). Each piece is one ``write``, which
+    releases the GIL (``save_file`` runs Python per tensor first, holding it)."""
+    header, at = {}, 0
+    for name, dtype, nbytes in layout:
+        header[name] = {
+            "dtype": SAFETENSORS_DTYPES[dtype], "shape": [nbytes // dtype.itemsize],
+            "data_offsets": [at, at + nbytes],
+        }  # fmt: skip
+        at += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as file:
+        file.write(struct.pack("<Q", len(text)))
+        file.write(text)
+        for piece in pieces:
+            file.write(piece)
 
 
 def encode_entry(entry: Entry) -> str:
