@@ -227,6 +227,8 @@ class Capture:
         _require(callable(function), f"function: expected a callable, got {function!r}")
         _require(callable(mapping), f"mapping: expected a callable, got {mapping!r}")
 
+        fixed = None if callable(name) else self._site(op, name)
+
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
             site = self._site(op, name(*args, **kwargs)) if callable(name) else fixed
@@ -238,8 +240,6 @@ class Capture:
                 raise
             self._finish(site, started, output(result) if output else result)
             return result
-
-        fixed = None if callable(name) else self._site(op, name)
 
         return wrapper
 

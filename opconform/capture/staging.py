@@ -38,19 +38,25 @@ _DTYPES = {d: str(d).removeprefix("torch.") for d in vars(torch).values() if isi
 HEAD = 9
 
 
+def _spans(record: tuple):
+    """(side, at, end) of each tensor of a record, inputs first: ``record[at:end]`` are its view's
+    fields and ``record[end:end + 5]`` its slot (the one reading of the record layout)."""
+    at = HEAD
+    for side, count in (("in", record[7]), ("out", record[8])):
+        for _ in range(count):
+            end = at + 5 + 2 * record[at + 2]
+            yield side, at, end
+            at = end + 5
+
+
 def tensors(record: tuple):
     """(side, name, view metadata, slot) of each tensor of a record, inputs first."""
-    at, counts = HEAD, (("in", record[7]), ("out", record[8]))
-    for side, count in counts:
-        for _ in range(count):
-            name, dtype, ndim = record[at : at + 3]
-            size, stride = record[at + 3 : at + 3 + ndim], record[at + 3 + ndim : at + 3 + 2 * ndim]
-            offset, device = record[at + 3 + 2 * ndim : at + 5 + 2 * ndim]
-            at += 5 + 2 * ndim
-            meta = {"dtype": dtype, "size": list(size), "stride": list(stride), "storage_offset": offset,
-                    "device": device}  # fmt: skip
-            yield side, name, meta, record[at : at + 5]
-            at += 5
+    for side, at, end in _spans(record):
+        name, dtype, ndim = record[at : at + 3]
+        size, stride = record[at + 3 : at + 3 + ndim], record[at + 3 + ndim : at + 3 + 2 * ndim]
+        meta = {"dtype": dtype, "size": list(size), "stride": list(stride), "storage_offset": record[end - 2],
+                "device": record[end - 1]}  # fmt: skip
+        yield side, name, meta, record[end : end + 5]
 
 
 def _flat(tensor: torch.Tensor, span: int) -> torch.Tensor:
@@ -64,12 +70,8 @@ def key(number: int, side: str, name: str) -> str:
 
 def _slots(record: tuple):
     """(side, name, slot) of each tensor of a record, inputs first (``tensors`` without the views)."""
-    at = HEAD
-    for side, count in (("in", record[7]), ("out", record[8])):
-        for _ in range(count):
-            end = at + 5 + 2 * record[at + 2]
-            yield side, record[at], record[end : end + 5]
-            at = end + 5
+    for side, at, end in _spans(record):
+        yield side, record[at], record[end : end + 5]
 
 
 def _write(path, buffer: torch.Tensor | None, records: list) -> None:
