@@ -269,3 +269,20 @@ def test_a_recorded_call_is_one_record_the_garbage_collector_does_not_track(tmp_
         assert cap._records and not any(gc.is_tracked(record) for record in cap._records)
     _, entries = read_index(tmp_path)
     assert entries[0].options == {"eps": 1e-6}
+
+
+def test_lazy_conjugate_and_negative_views_are_recorded_as_their_values(tmp_path):
+    """A contiguous tensor's bytes are copied as they lie (staging's memmove) only where they are
+    its values: a lazy conjugate or negation (``conj()``, ``_neg_view()``) is recorded resolved."""
+    z = torch.randn(4, 3, dtype=torch.complex64)
+    views = {"conj": z.conj(), "neg": torch.randn(4, 3)._neg_view()}
+    views["parameter"] = torch.nn.Parameter(torch.randn(4, 3))
+    with Capture(tmp_path) as cap:
+        f = cap.wrap(lambda x: x.clone(), "rms_norm", lambda x: {"x": x}, name="f")
+        for view in views.values():
+            f(view)
+    _, entries = read_index(tmp_path)
+    for entry, (name, view) in zip(entries, views.items(), strict=True):
+        inputs, outputs = read_call(tmp_path, entry)
+        want = view.resolve_conj().resolve_neg().detach()
+        assert torch.equal(inputs["x"], want) and torch.equal(outputs[0], want), name
