@@ -71,12 +71,13 @@ def _floor(model, x) -> tuple[float, float]:
     return _both(forward)[:2]
 
 
-def _captured(model, x, budget, prefault, calls):
+def _captured(model, x, budget, prefault, calls, shard_bytes):
     from opconform.capture import Capture, read_index
 
+    options = {} if shard_bytes is None else {"shard_bytes": shard_bytes}
     with tempfile.TemporaryDirectory() as folder:
         built, capture = _timed(
-            lambda: Capture(folder, max_calls_per_op=calls, byte_budget=budget, prefault=prefault)
+            lambda: Capture(folder, max_calls_per_op=calls, byte_budget=budget, prefault=prefault, **options)
         )
         for i, layer in enumerate(model.layers):
             capture.attach(layer, "new_gelu", lambda m, a, k: {"x": a[0]}, name=f"layers.{i}")
@@ -85,12 +86,13 @@ def _captured(model, x, budget, prefault, calls):
         queued, others = _queued() - queued, time.process_time() - process - cpu
         waited = capture._staging.waited
         closing, _ = _timed(capture.close)
+        writes = [write.result() for write in capture._staging.writes]  # each shard's (wall, CPU) seconds
         assert all(torch.equal(o, F.gelu(x, approximate="tanh")) for o in out[:3])
         index, entries = read_index(folder)
         on_disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
     return {"built": built, "forward": forward, "cpu": cpu, "close": closing, "waited": waited,
             "queued": queued, "others": others, "recorded": len(entries), "bytes": index["bytes"],
-            "on_disk": on_disk}  # fmt: skip
+            "on_disk": on_disk, "writes": writes, "shard": capture._staging.capacity}  # fmt: skip
 
 
 def _ms(values) -> str:
@@ -105,6 +107,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-prefault", action="store_true", help="Capture(prefault=False)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument(
+        "--shard-bytes", type=int, default=None, help="Capture(shard_bytes=...); default: its own"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -117,14 +122,15 @@ def main(argv=None) -> None:
         for _ in range(args.rounds):
             plain.append(_both(lambda: model(x))[:2])
             floor.append(_floor(model, x))
-            runs.append(_captured(model, x, budget, not args.no_prefault, args.calls))
+            runs.append(_captured(model, x, budget, not args.no_prefault, args.calls, args.shard_bytes))
     last = runs[-1]
     wall, cpu = [p[0] for p in plain], [p[1] for p in plain]
     print(
         f"{args.calls} calls of new_gelu on [{args.rows}, {args.width}] float32, CPU: "
         f"{os.cpu_count()} cores, "
         f"torch {torch.__version__} with {torch.get_num_threads()} threads; {args.rounds} rounds, "
-        f"prefault={not args.no_prefault}; wall time, then the model thread's CPU time"
+        f"prefault={not args.no_prefault}, shard_bytes={args.shard_bytes or 'default'}; wall time, then the "
+        "model thread's CPU time"
     )
     print(f"  forward without capture:       {_ms(wall)}; CPU {_ms(cpu)}")
     print(f"  forward + two host copies:     {_ms([f[0] for f in floor])}; CPU {_ms([f[1] for f in floor])}")
@@ -133,6 +139,14 @@ def main(argv=None) -> None:
     print(f"  of which waiting for writes:   {_ms([r['waited'] for r in runs])}")
     print(f"  of which waiting for a core:   {_ms([r['queued'] for r in runs])}")
     print(f"  other threads' CPU meanwhile:  {_ms([r['others'] for r in runs])} (writer, torch's workers)")
+    writes = [w for r in runs for w in r["writes"]]
+    pace = sum(r["bytes"] for r in runs) / sum(w[0] for w in writes) / 1e9
+    made = sum(r["bytes"] for r in runs) / sum(r["cpu"] for r in runs) / 1e9
+    print(
+        f"  the writer, per shard of {last['shard'] >> 20} MiB: {_ms([w[0] for w in writes])}; CPU "
+        f"{_ms([w[1] for w in writes])}; {pace:.2f} GB/s written; the model's thread staged {made:.2f} GB/s "
+        "of its CPU time"
+    )
     print(f"  Capture() construction:        {_ms([r['built'] for r in runs])}")
     print(f"  close() (last writes, index):  {_ms([r['close'] for r in runs])}")
     closed = [r["forward"] + r["close"] for r in runs]

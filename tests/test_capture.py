@@ -286,3 +286,20 @@ def test_lazy_conjugate_and_negative_views_are_recorded_as_their_values(tmp_path
         inputs, outputs = read_call(tmp_path, entry)
         want = view.resolve_conj().resolve_neg().detach()
         assert torch.equal(inputs["x"], want) and torch.equal(outputs[0], want), name
+
+
+def test_a_buffer_holding_the_whole_budget_is_prefaulted_alone_and_the_capture_still_overflows(tmp_path):
+    """shard_bytes >= 2 * byte_budget: one buffer holds every call, so prefault touches only it;
+    calls past the budget (staged, then dropped) still find the second buffer, made on use."""
+    torch.manual_seed(0)
+    given = [torch.randn(4, 16) for _ in range(6)]  # a call is 2 * 256 bytes; the budget holds 3
+    with Capture(tmp_path, byte_budget=1536, shard_bytes=4096, prefault=True) as cap:
+        assert cap._staging.buffers[1] is None and cap._staging.capacity == 1536
+        f = cap.wrap(lambda x: x * 3, "new_gelu", lambda x: {"x": x}, name="f")
+        for x in given:
+            f(x)
+    index, entries = read_index(tmp_path)
+    assert [e.call for e in entries] == [0, 1, 2] and index["dropped"]["byte_budget"] == 3
+    for entry in entries:
+        inputs, outputs = read_call(tmp_path, entry)
+        assert torch.equal(inputs["x"], given[entry.call]) and torch.equal(outputs[0], given[entry.call] * 3)

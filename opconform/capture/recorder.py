@@ -10,7 +10,9 @@ Bounded by ``max_calls_per_op``, ``sample_rate`` (seeded) and ``byte_budget``: a
 not fit is counted as dropped, and nothing is written past the budget. The host copies go into
 two reused buffers of ``shard_bytes / 2`` (``staging``); each buffer's calls are one shard,
 written by one background thread while the model fills the other, so the model waits only for
-the copies (``shard_bytes=1``: one file per call). ``prefault=True`` touches both buffers at
+the copies, unless the writer falls a buffer behind (``shard_bytes`` >= 2 * ``byte_budget``: one
+buffer holds every call, written at ``close()``; ``shard_bytes=1``: one file per call).
+``prefault=True`` touches the buffers (only the first where it holds the whole budget) at
 construction, so the model's first calls do not page-fault them in. The index's JSON is built at
 ``close()``, off the model's path.
 """
@@ -112,6 +114,7 @@ class Capture:
         self._staging = Staging(
             min(shard_bytes // 2, byte_budget), self._writer,
             lambda number: self.out / f"shard_{number:06d}.safetensors", prefault=prefault,
+            whole=shard_bytes // 2 >= byte_budget,
         )  # fmt: skip
 
     # -- recording -----------------------------------------------------------------------------

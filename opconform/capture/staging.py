@@ -108,6 +108,13 @@ def _write(path, buffer: torch.Tensor | None, records: list) -> None:
     write_flat(path, layout, pieces)
 
 
+def _timed_write(path, buffer: torch.Tensor | None, records: list) -> tuple[float, float]:
+    """``_write``, returning its wall and CPU seconds: the writer's pace (benchmarks.capture_overhead)."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    _write(path, buffer, records)
+    return time.perf_counter() - wall, time.thread_time() - cpu
+
+
 def _write_with_safetensors(path, buffer: torch.Tensor | None, records: list) -> None:
     out = {}
     for record in records:
@@ -119,9 +126,10 @@ def _write_with_safetensors(path, buffer: torch.Tensor | None, records: list) ->
 
 class Staging:
     """Two host buffers of ``capacity`` bytes (allocated on first use; ``prefault`` touches them
-    now), the shard being gathered, and ``writer``, the single background thread."""
+    now, only the first where it holds the ``whole`` byte budget), the shard being gathered, and
+    ``writer``, the single background thread."""
 
-    def __init__(self, capacity: int, writer, path_of, *, prefault: bool = False):
+    def __init__(self, capacity: int, writer, path_of, *, prefault: bool = False, whole: bool = False):
         self.capacity, self.writer, self.path_of = capacity, writer, path_of
         self.buffers: list[torch.Tensor | None] = [None, None]
         self.busy = [None, None]  # the pending write reading each buffer
@@ -132,8 +140,9 @@ class Staging:
         self.open_slots: dict[int, list] = {}  # the staged tensors of each call between begin and finish
         self.writes: list = []
         self.waited = 0.0  # seconds the model waited for the writer to free a buffer
-        if prefault and capacity:
-            self.buffers = [torch.zeros(capacity, dtype=torch.uint8) for _ in range(2)]
+        if prefault and capacity:  # a buffer that holds the whole budget needs no second one
+            self.buffers = [torch.zeros(capacity, dtype=torch.uint8) for _ in range(1 if whole else 2)]
+            self.buffers += [None] * (2 - len(self.buffers))
         self.addresses = [None if b is None else b.data_ptr() for b in self.buffers]
 
     def _buffer(self) -> torch.Tensor:
@@ -199,7 +208,7 @@ class Staging:
         buffer's last shard is written); the open calls' copies move out of the buffer handed over."""
         old = self.buffers[self.current]
         if self.items:
-            future = self.writer.submit(_write, self.path_of(len(self.writes)), old, self.items)
+            future = self.writer.submit(_timed_write, self.path_of(len(self.writes)), old, self.items)
             self.writes.append(future)
             self.busy[self.current] = future
             self.items, self.size = [], 0
