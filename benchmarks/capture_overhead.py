@@ -7,7 +7,10 @@ ratio pairs two forwards measured under the same load; the medians and the best 
 The floor is the forward plus the two host copies per call into warm buffers, without capture.
 The captured forward's wall time beyond the model thread's CPU is split into waiting for a write
 to free a buffer and waiting, runnable, for a core (Linux schedstat: the writer's CPU, shown
-too, and other processes take the cores).
+too, and other processes take the cores); the time a virtual machine's host took from its cores
+meanwhile (Linux /proc/stat steal, all cores together) is shown for both forwards: it is neither
+the model's CPU nor a wait the guest sees, and it grows with the guest's fresh pages where the
+host backs them on first touch.
 ``python scripts/docs_figures.py capture-overhead`` writes docs/generated/capture-overhead.md.
 
     python -m benchmarks.capture_overhead [--rows 8] [--calls 1000] [--rounds 5] [--threads N]
@@ -58,6 +61,23 @@ def _queued() -> float:
         return 0.0
 
 
+def _stolen() -> float:
+    """Seconds the host has taken from all of this machine's cores (Linux /proc/stat steal; 0
+    elsewhere and on bare metal)."""
+    try:
+        with open("/proc/stat") as stat:
+            return int(stat.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _plain(model, x) -> tuple[float, float, float]:
+    """The forward's wall and CPU seconds and what the host took meanwhile."""
+    stolen = _stolen()
+    wall, cpu, _ = _both(lambda: model(x))
+    return wall, cpu, _stolen() - stolen
+
+
 def _floor(model, x) -> tuple[float, float]:
     """The forward with each call's two host copies (input before, output after) into warm buffers."""
     buffers = torch.empty(len(model.layers), 2, x.numel())
@@ -81,9 +101,10 @@ def _captured(model, x, budget, prefault, calls, shard_bytes):
         )
         for i, layer in enumerate(model.layers):
             capture.attach(layer, "new_gelu", lambda m, a, k: {"x": a[0]}, name=f"layers.{i}")
-        queued, process = _queued(), time.process_time()
+        queued, process, stolen = _queued(), time.process_time(), _stolen()
         forward, cpu, out = _both(lambda: model(x))
         queued, others = _queued() - queued, time.process_time() - process - cpu
+        stolen = _stolen() - stolen
         waited = capture._staging.waited
         closing, _ = _timed(capture.close)
         writes = [write.result() for write in capture._staging.writes]  # each shard's (wall, CPU) seconds
@@ -91,8 +112,20 @@ def _captured(model, x, budget, prefault, calls, shard_bytes):
         index, entries = read_index(folder)
         on_disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
     return {"built": built, "forward": forward, "cpu": cpu, "close": closing, "waited": waited,
-            "queued": queued, "others": others, "recorded": len(entries), "bytes": index["bytes"],
-            "on_disk": on_disk, "writes": writes, "shard": capture._staging.capacity}  # fmt: skip
+            "queued": queued, "others": others, "stolen": stolen, "recorded": len(entries),
+            "bytes": index["bytes"], "on_disk": on_disk, "writes": writes,
+            "shard": capture._staging.capacity}  # fmt: skip
+
+
+def _positive(text: str) -> int:
+    """An argparse type: an int >= 1 (argparse names the option and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
+    return value
 
 
 def _ms(values) -> str:
@@ -101,14 +134,16 @@ def _ms(values) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=8)
-    parser.add_argument("--calls", type=int, default=1000)
-    parser.add_argument("--width", type=int, default=4096)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rows", type=_positive, default=8)
+    parser.add_argument("--calls", type=_positive, default=1000)
+    parser.add_argument("--width", type=_positive, default=4096)
+    parser.add_argument("--rounds", type=_positive, default=5)
     parser.add_argument("--no-prefault", action="store_true", help="Capture(prefault=False)")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument(
-        "--shard-bytes", type=int, default=None, help="Capture(shard_bytes=...); default: its own"
+        "--threads", type=_positive, default=None, help="torch.set_num_threads (default: torch's)"
+    )
+    parser.add_argument(
+        "--shard-bytes", type=_positive, default=None, help="Capture(shard_bytes=...); default: its own"
     )
     args = parser.parse_args(argv)
     if args.threads:
@@ -120,7 +155,7 @@ def main(argv=None) -> None:
     with torch.no_grad():
         model(x)  # warm-up
         for _ in range(args.rounds):
-            plain.append(_both(lambda: model(x))[:2])
+            plain.append(_plain(model, x))
             floor.append(_floor(model, x))
             runs.append(_captured(model, x, budget, not args.no_prefault, args.calls, args.shard_bytes))
     last = runs[-1]
@@ -133,11 +168,13 @@ def main(argv=None) -> None:
         "model thread's CPU time"
     )
     print(f"  forward without capture:       {_ms(wall)}; CPU {_ms(cpu)}")
+    print(f"  the host took meanwhile:       {_ms([p[2] for p in plain])} (steal, all cores)")
     print(f"  forward + two host copies:     {_ms([f[0] for f in floor])}; CPU {_ms([f[1] for f in floor])}")
     captured = [r["forward"] for r in runs]
     print(f"  forward with capture:          {_ms(captured)}; CPU {_ms([r['cpu'] for r in runs])}")
     print(f"  of which waiting for writes:   {_ms([r['waited'] for r in runs])}")
     print(f"  of which waiting for a core:   {_ms([r['queued'] for r in runs])}")
+    print(f"  the host took meanwhile:       {_ms([r['stolen'] for r in runs])} (steal, all cores)")
     print(f"  other threads' CPU meanwhile:  {_ms([r['others'] for r in runs])} (writer, torch's workers)")
     writes = [w for r in runs for w in r["writes"]]
     pace = sum(r["bytes"] for r in runs) / sum(w[0] for w in writes) / 1e9

@@ -258,3 +258,26 @@ def test_every_family_has_bench_cases():
 
     assert {bench_cases.FAMILIES.get(c.family) and c.family for c in bench_cases.CASES} >= set(OPS.values())
     assert all(OPS[c.op] == c.family for c in bench_cases.CASES)
+
+
+def test_capture_overhead_benchmark_runs_small_and_checks_the_budget(capsys):
+    """The capture-overhead benchmark runs at a tiny size and reports the budget check and steal."""
+    from benchmarks import capture_overhead
+
+    capture_overhead.main(["--calls", "4", "--width", "16", "--rows", "2", "--rounds", "1"])
+    out = capsys.readouterr().out
+    # 4 calls x (input, output) x [2, 16] x 4 bytes
+    assert "4 calls recorded; tensor bytes 1024 <= budget 1024: True" in out
+    assert out.count("the host took meanwhile:") == 2
+    assert capture_overhead._stolen() >= 0.0
+
+
+@pytest.mark.parametrize("option", ["--rows", "--calls", "--width", "--rounds", "--threads", "--shard-bytes"])
+def test_capture_overhead_benchmark_rejects_non_positive_options(option, capsys):
+    """A capture-overhead option below 1 exits 2 with a line naming the option."""
+    from benchmarks import capture_overhead
+
+    with pytest.raises(SystemExit) as exit_:
+        capture_overhead.main([option, "0"])
+    assert exit_.value.code == 2
+    assert f"argument {option}: expected an int >= 1, got '0'" in capsys.readouterr().err
