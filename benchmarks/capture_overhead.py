@@ -9,8 +9,7 @@ The captured forward's wall time beyond the model thread's CPU is split into wai
 to free a buffer and waiting, runnable, for a core (Linux schedstat: the writer's CPU, shown
 too, and other processes take the cores); the time a virtual machine's host took from its cores
 meanwhile (Linux /proc/stat steal, all cores together) is shown for both forwards: it is neither
-the model's CPU nor a wait the guest sees, and it grows with the guest's fresh pages where the
-host backs them on first touch.
+the model's CPU nor a wait the guest sees.
 ``python scripts/docs_figures.py capture-overhead`` writes docs/generated/capture-overhead.md.
 
     python -m benchmarks.capture_overhead [--rows 8] [--calls 1000] [--rounds 5] [--threads N]

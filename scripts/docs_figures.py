@@ -194,8 +194,8 @@ def capture_overhead(extra: list[str]) -> str:
         "`Capture`'s default `shard_bytes` and with one as big as twice the byte budget, so that the "
         "staging holds every call and the shards are written at `close()`. Wall times on a shared "
         "machine carry its load; the model thread's CPU time does not. On a virtual machine the "
-        "host's steal during each forward is shown: where the host backs the guest's fresh pages on "
-        "first touch, the page cache the shards are written into costs it."
+        "host's steal during each forward is shown, and where the host backs the guest's fresh pages "
+        "on first touch, the writer's CPU per shard varies several-fold between rounds."
     )
     whole = ["--shard-bytes", str(2 * 2 * 8 * 4096 * 4 * 1000)]  # twice the benchmark's byte budget
     runs = []
