@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from conformance.options import positive
+
 
 class Activations(torch.nn.Module):
     def __init__(self, calls: int):
@@ -116,33 +118,22 @@ def _captured(model, x, budget, prefault, calls, shard_bytes):
             "shard": capture._staging.capacity}  # fmt: skip
 
 
-def _positive(text: str) -> int:
-    """An argparse type: an int >= 1 (argparse names the option and exits 2 otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text!r}")
-    return value
-
-
 def _ms(values) -> str:
     return f"median {statistics.median(values) * 1e3:.1f} ms, best {min(values) * 1e3:.1f} ms"
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=_positive, default=8)
-    parser.add_argument("--calls", type=_positive, default=1000)
-    parser.add_argument("--width", type=_positive, default=4096)
-    parser.add_argument("--rounds", type=_positive, default=5)
+    parser.add_argument("--rows", type=positive(int), default=8)
+    parser.add_argument("--calls", type=positive(int), default=1000)
+    parser.add_argument("--width", type=positive(int), default=4096)
+    parser.add_argument("--rounds", type=positive(int), default=5)
     parser.add_argument("--no-prefault", action="store_true", help="Capture(prefault=False)")
     parser.add_argument(
-        "--threads", type=_positive, default=None, help="torch.set_num_threads (default: torch's)"
+        "--threads", type=positive(int), default=None, help="torch.set_num_threads (default: torch's)"
     )
     parser.add_argument(
-        "--shard-bytes", type=_positive, default=None, help="Capture(shard_bytes=...); default: its own"
+        "--shard-bytes", type=positive(int), default=None, help="Capture(shard_bytes=...); default: its own"
     )
     args = parser.parse_args(argv)
     if args.threads:

@@ -28,6 +28,21 @@ def seconds(value: str) -> float:
     return number
 
 
+def positive(kind):
+    """The type of an option that must be a positive ``kind`` (int or float; a float also finite)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if not value > 0 or (kind is float and not math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+
+    return parse
+
+
 def count(value: str) -> int:
     """A number of cases: a whole number, 0 or more (0: no limit). -1 skipped every case."""
     try:

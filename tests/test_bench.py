@@ -280,4 +280,4 @@ def test_capture_overhead_benchmark_rejects_non_positive_options(option, capsys)
     with pytest.raises(SystemExit) as exit_:
         capture_overhead.main([option, "0"])
     assert exit_.value.code == 2
-    assert f"argument {option}: expected an int >= 1, got '0'" in capsys.readouterr().err
+    assert f"argument {option}: expected a positive int, got '0'" in capsys.readouterr().err

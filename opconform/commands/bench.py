@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
 
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason
+from conformance.options import positive
 from opconform.bench.orchestrate import DTYPES, BenchUsageError, run_bench
 from opconform.bench.output import (
     format_case_list,
@@ -29,19 +29,6 @@ from opconform.bench.output import (
 from opconform.commands import EXIT_DEVICE_ABSENT, help_for, usage_error, writable_dir
 
 HELP = help_for("bench")
-
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
-        if not value > 0 or (kind is float and not math.isfinite(value)):
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
-        return value
-
-    return parse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,17 +66,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="device type (repeatable; default: every present one)",
     )
     parser.add_argument("--dtype", default="bfloat16", choices=DTYPES, help="input dtype (default bfloat16)")
-    parser.add_argument("--warmup", type=_positive(int), help="warm-up calls per implementation")
-    parser.add_argument("--repeats", type=_positive(int), help="timed calls per implementation (at most)")
+    parser.add_argument("--warmup", type=positive(int), help="warm-up calls per implementation")
+    parser.add_argument("--repeats", type=positive(int), help="timed calls per implementation (at most)")
     parser.add_argument(
         "--budget",
-        type=_positive(float),
+        type=positive(float),
         metavar="SECONDS",
         help="timed seconds per implementation; slow calls get fewer repeats (min 3 full, 2 quick)",
     )
     parser.add_argument(
         "--timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="SECONDS",
         help="kill a worker after this long (an error row)",
     )
