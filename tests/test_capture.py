@@ -303,3 +303,18 @@ def test_a_buffer_holding_the_whole_budget_is_prefaulted_alone_and_the_capture_s
     for entry in entries:
         inputs, outputs = read_call(tmp_path, entry)
         assert torch.equal(inputs["x"], given[entry.call]) and torch.equal(outputs[0], given[entry.call] * 3)
+
+
+def test_a_buffer_holding_the_whole_budget_writes_nothing_before_close(tmp_path):
+    """shard_bytes >= 2 * byte_budget (docs/capture.md, Which staging to choose): the writes wait
+    for close(), so no writer runs beside the forward; close() writes the one shard."""
+    given = [torch.full((4, 16), float(i)) for i in range(3)]  # 3 calls of 2 * 256 bytes: the budget
+    cap = Capture(tmp_path, byte_budget=1536, shard_bytes=4096, prefault=True)
+    f = cap.wrap(lambda x: x + 1, "new_gelu", lambda x: {"x": x}, name="f")
+    for x in given:
+        f(x)
+    assert list(tmp_path.glob("*.safetensors")) == [] and cap._staging.writes == []
+    cap.close()
+    index, entries = read_index(tmp_path)
+    assert [p.name for p in tmp_path.glob("*.safetensors")] == ["shard_000000.safetensors"]
+    assert [e.call for e in entries] == [0, 1, 2] and index["bytes"] == 1536
