@@ -62,11 +62,11 @@ def _queued() -> float:
         return 0.0
 
 
-def _stolen() -> float:
-    """Seconds the host has taken from all of this machine's cores (Linux /proc/stat steal; 0
-    elsewhere and on bare metal)."""
+def _stolen(path: str = "/proc/stat") -> float:
+    """Seconds the host has taken from all of this machine's cores (Linux /proc/stat steal, the
+    eighth number of its first line, in clock ticks; 0 elsewhere and on bare metal)."""
     try:
-        with open("/proc/stat") as stat:
+        with open(path) as stat:
             return int(stat.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0

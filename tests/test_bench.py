@@ -269,7 +269,18 @@ def test_capture_overhead_benchmark_runs_small_and_checks_the_budget(capsys):
     # 4 calls x (input, output) x [2, 16] x 4 bytes
     assert "4 calls recorded; tensor bytes 1024 <= budget 1024: True" in out
     assert out.count("the host took meanwhile:") == 2
-    assert capture_overhead._stolen() >= 0.0
+
+
+def test_capture_overhead_steal_is_read_from_the_first_line_of_proc_stat(tmp_path):
+    """Steal is the eighth number of /proc/stat's first line, in clock ticks; unreadable: 0."""
+    import os
+
+    from benchmarks import capture_overhead
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  10 1 20 900 3 0 2 250 0 0\ncpu0 5 0 10 450 1 0 1 125 0 0\n")
+    assert capture_overhead._stolen(str(stat)) == 250 / os.sysconf("SC_CLK_TCK")
+    assert capture_overhead._stolen(str(tmp_path / "absent")) == 0.0
 
 
 @pytest.mark.parametrize("option", ["--rows", "--calls", "--width", "--rounds", "--threads", "--shard-bytes"])
