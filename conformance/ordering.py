@@ -1,13 +1,17 @@
-"""The run order of the suite's cases, derived from the clause graph in spec/ (spec/README.md,
-"Run order"): the properties that pin a mechanism before their echoes, bad input last.
+"""The run order of the suite's cases and of a report's failures, derived from the clause graph and
+the levels in spec/ (spec/README.md, "Run order"): the real bug first.
 
-A property's rank comes from the clauses it names with ``@pytest.mark.clause``:
+A property's rank comes from the clauses it names with ``@pytest.mark.clause`` (a failure's, from
+the clause it failed under):
 
-0. it names a clause that refines another (``*Refines:* ID`` under the clause heading): its
-   failure pins one mechanism of a broader clause (ACT-GEGLU-MODES refines ACT-GEGLU, so a mode
-   bug is reported as the mode bug, not as ACT-GEGLU's tolerance noise);
-1. any other clause (the broad clauses, where the same bug shows again);
-2. it names only error-case clauses (IDs ending in ``-ERRORS``: bad input is checked last).
+0. a MUST clause that refines another (``*Refines:* ID``), judged against the oracle: its failure
+   pins one mechanism of a broader clause (ACT-GEGLU-MODES refines ACT-GEGLU, so a mode bug is
+   reported as the mode bug, not as ACT-GEGLU's tolerance noise);
+1. any other MUST clause judged against the oracle (the broad clauses, where the same bug shows
+   again);
+2. a MUST clause that compares the backend with itself (metamorphic) or decides ties: its failure
+   is real, but says less about where the bug is;
+3. only SHOULD clauses (bad input, forms the field never passes): last.
 
 The suite's items are sorted stably by rank, so within a rank (and within a backend) the
 collection order stays; items of other tests keep their places. The sort runs in every process
@@ -16,18 +20,24 @@ that collects (each xdist worker sorts the same way, so the workers agree on the
 
 from __future__ import annotations
 
-PINNING, ORDINARY, ERRORS = 0, 1, 2
-ERRORS_SUFFIX = "-ERRORS"
+from conformance.spec_index import DIRECT, MUST
+
+PINNING, ORDINARY, INDIRECT, SHOULD_ONLY = 0, 1, 2, 3
+
+
+def _clause_rank(clause) -> int:
+    if clause.level != MUST:
+        return SHOULD_ONLY
+    if clause.kind != DIRECT:
+        return INDIRECT
+    return PINNING if clause.refines else ORDINARY
 
 
 def rank(clause_ids, clauses: dict) -> int:
-    """The rank of a property naming ``clause_ids`` (spec_index.Clause by ID in ``clauses``)."""
-    ids = [c for c in clause_ids if c in clauses]
-    if any(clauses[c].refines for c in ids):
-        return PINNING
-    if ids and all(c.endswith(ERRORS_SUFFIX) for c in ids):
-        return ERRORS
-    return ORDINARY
+    """The rank of a property naming ``clause_ids`` (spec_index.Clause by ID in ``clauses``): its
+    best clause's. IDs the spec does not know rank as ordinary clauses."""
+    ranks = [_clause_rank(clauses[c]) for c in clause_ids if c in clauses]
+    return min(ranks) if ranks else ORDINARY
 
 
 def item_clauses(item) -> list[str]:

@@ -15,6 +15,17 @@ from pathlib import Path
 
 CLAUSE_HEADING = re.compile(r"^###\s+([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)\s*:\s*(.+?)\s*$")
 
+# Every clause's first body line is its level (spec/README.md, "Levels"): "*Level:* MUST." or
+# "*Level:* SHOULD: why the field does not promise it.", optionally with its kind of comparison
+# after a comma ("*Level:* MUST, metamorphic."): how its failures are ranked (conformance/ordering.py).
+LEVEL_LINE = re.compile(r"^\*Level:\*\s+(MUST|SHOULD)\b(?:,\s*(metamorphic|ties))?\s*(?:[.:]\s*(.*?))?\s*$")
+MUST, SHOULD = "MUST", "SHOULD"
+LEVELS = (MUST, SHOULD)
+# How a clause's property judges: against the oracle (direct), against the backend's own other
+# result (metamorphic), on exact or near ties, or by rejecting bad input (IDs ending in -ERRORS).
+DIRECT, METAMORPHIC, TIES, BAD_INPUT = "direct", "metamorphic", "ties", "bad input"
+ERRORS_SUFFIX = "-ERRORS"
+
 # A clause whose body starts with "*Rule:* how it is applied" states a rule applied inside other
 # clauses' comparisons rather than a property of its own; coverage accepts it untested by name.
 RULE_LINE = re.compile(r"^\*Rule:\*\s*(.+?)\s*$")
@@ -34,6 +45,14 @@ class Clause:
     line: int
     rule: str | None = None  # how a rule clause is applied (see RULE_LINE)
     refines: tuple[str, ...] = ()  # the broader clauses this one pins a mechanism of (REFINES_LINE)
+    level: str = MUST  # MUST or SHOULD (LEVEL_LINE)
+    kind: str = DIRECT  # DIRECT, METAMORPHIC, TIES or BAD_INPUT (LEVEL_LINE, the -ERRORS suffix)
+    why: str | None = None  # a SHOULD clause's reason: what the field does instead
+
+    def record(self) -> dict:
+        """The clause as a results document's ``clauses`` table holds it (conformance.results)."""
+        return {"title": self.title, "family": self.family, "rule": self.rule, "level": self.level,
+                "kind": self.kind}  # fmt: skip
 
 
 def spec_dir() -> Path:
@@ -52,7 +71,8 @@ def spec_dir() -> Path:
 
 
 def parse_clauses(path: Path) -> list[Clause]:
-    """The clauses of one spec file, in order; a repeated ID in one file is an error."""
+    """The clauses of one spec file, in order; a repeated ID, or a clause whose first body line is
+    not its ``*Level:*``, is an error naming the file and line."""
     found: list[Clause] = []
     seen: dict[str, int] = {}
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -60,16 +80,35 @@ def parse_clauses(path: Path) -> list[Clause]:
         match = CLAUSE_HEADING.match(text)
         if not match:
             continue
-        following = next((line for line in lines[number:] if line.strip()), "")
+        clause_id, title = match.groups()
+        body = [line for line in lines[number:] if line.strip()][:2]
+        level = LEVEL_LINE.match(body[0]) if body else None
+        if level is None:
+            raise ValueError(
+                f"{path}:{number}: clause {clause_id}: its first line must be '*Level:* MUST.' or "
+                "'*Level:* SHOULD: why.' (spec/README.md, Levels)"
+            )
+        following = body[1] if len(body) > 1 else ""
         rule = RULE_LINE.match(following)
         refined = REFINES_LINE.match(following)
         refines = tuple(r.strip() for r in refined.group(1).split(",")) if refined else ()
-        clause_id, title = match.groups()
         if clause_id in seen:
             raise ValueError(f"{path}:{number}: clause {clause_id} already defined at line {seen[clause_id]}")
         seen[clause_id] = number
+        kind = BAD_INPUT if clause_id.endswith(ERRORS_SUFFIX) else level.group(2) or DIRECT
         found.append(
-            Clause(clause_id, title, path.stem, str(path), number, rule.group(1) if rule else None, refines)
+            Clause(
+                clause_id,
+                title,
+                path.stem,
+                str(path),
+                number,
+                rule.group(1) if rule else None,
+                refines,
+                level=level.group(1),
+                kind=kind,
+                why=level.group(3) or None,
+            )  # fmt: skip
         )
     return found
 
@@ -94,6 +133,12 @@ def load_clauses(directory: str | None = None) -> dict[str, Clause]:
             where = f"{clause.file}:{clause.line}"
             raise ValueError(f"{where}: {clause.id} *Refines:* unknown clause(s) {unknown}")
     return clauses
+
+
+def level_of(clause_id: str | None, clauses: dict | None = None) -> str:
+    """A clause's level; MUST for an ID the spec does not know (a failure is never played down)."""
+    clause = (load_clauses() if clauses is None else clauses).get(clause_id or "")
+    return clause.level if clause is not None else MUST
 
 
 def family_of(clause_id: str) -> str | None:

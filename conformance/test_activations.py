@@ -11,8 +11,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.bad_input import check_backend_raises, params
+from conformance.bad_input.activations import ERRORS
 from conformance.checks import assert_close, check, describe
-from conformance.error_cases import ACTIVATION_ERRORS, check_backend_raises, params
 from conformance.strategies.activations import (
     OAI_ALPHAS,
     SILU_MINIMUM,
@@ -309,7 +310,7 @@ def test_gated_nan_propagates(backend, device, op, data, recipe):
 
 
 @pytest.mark.clause("ACT-ERRORS")
-@pytest.mark.parametrize("case", params(ACTIVATION_ERRORS))
-def test_gated_errors(backend, device, case):
+@pytest.mark.parametrize("case", params(ERRORS))
+def test_should_reject_bad_input(backend, device, case):
     """Bad input raises the documented exception type, with a message naming the argument."""
     check_backend_raises(case, backend, device)

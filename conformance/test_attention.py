@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 import backends
 from conformance import profiles
+from conformance.bad_input import check_backend_raises, params
+from conformance.bad_input.attention import ERRORS
 from conformance.checks import assert_close, check_raises, describe
-from conformance.error_cases import ATTENTION_ERRORS, check_backend_raises, params
 from conformance.strategies.attention import attention_recipes, decode_lengths, softmax_scales, windows_inside
 from conformance.strategies.common import strided_view
 from conformance.strategies.masks import PADDING_PATTERNS, make_padding_mask, windows
@@ -253,8 +254,8 @@ def test_float32_mask_with_half_queries_is_rejected(backend, device, q_dtype):
 
 
 @pytest.mark.clause("ATTN-ERRORS")
-@pytest.mark.parametrize("case", params(ATTENTION_ERRORS))
-def test_attention_errors(backend, device, case):
+@pytest.mark.parametrize("case", params(ERRORS))
+def test_should_reject_bad_input(backend, device, case):
     """Bad attention input raises ValueError naming the argument."""
     check_backend_raises(case, backend, device)
 

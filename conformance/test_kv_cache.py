@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from backends import not_implemented_reason
 from conformance import profiles, signatures
+from conformance.bad_input import check_backend_raises, params
+from conformance.bad_input.kv_cache import ERRORS
 from conformance.checks import check, describe
-from conformance.error_cases import check_backend_raises, params
-from conformance.kv_cache_errors import KV_ERRORS
 from conformance.strategies import kv_cache as strategies
 from conformance.strategies.common import strided_view
 from conformance.strategies.kv_cache import MIXED_DIMS, PAGE_SIZES, write_recipes
@@ -298,7 +298,7 @@ def test_write_then_read_is_serve_on_the_originals(backend, device, data, recipe
 
 
 @pytest.mark.clause("KV-ERRORS")
-@pytest.mark.parametrize("case", params(KV_ERRORS))
-def test_kv_errors(backend, device, case):
+@pytest.mark.parametrize("case", params(ERRORS))
+def test_should_reject_bad_input(backend, device, case):
     """Bad input raises the record's exception, naming the argument."""
     check_backend_raises(case, backend, device)

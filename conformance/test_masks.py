@@ -7,8 +7,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.bad_input import check_backend_raises, params
+from conformance.bad_input.masks import ERRORS
 from conformance.checks import check, describe
-from conformance.error_cases import MASK_ERRORS, check_backend_raises, params
 from conformance.strategies.common import strided_view
 from conformance.strategies.masks import decode_mask_cases, mask_cases
 from reference import masks as oracle
@@ -124,8 +125,8 @@ def test_window_converter(backend, device, converter, sliding_window):
 
 
 @pytest.mark.clause("MASK-ERRORS")
-@pytest.mark.parametrize("case", params(MASK_ERRORS))
-def test_mask_errors(backend, device, case):
+@pytest.mark.parametrize("case", params(ERRORS))
+def test_should_reject_bad_input(backend, device, case):
     """Bad mask input raises ValueError naming the argument."""
     check_backend_raises(case, backend, device)
 

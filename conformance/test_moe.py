@@ -11,9 +11,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.bad_input import check_backend_raises, params
+from conformance.bad_input.moe import ERRORS
 from conformance.checks import assert_close, check, describe
-from conformance.error_cases import check_backend_raises, params
-from conformance.error_cases_moe import MOE_ERRORS
 from conformance.moe_checks import ROUTING_TOL, call_routing, check_fused, check_routing
 from conformance.profiles import share_of_examples
 from conformance.strategies.moe import FusedRecipe, fused_recipes, routing_recipes
@@ -342,7 +342,7 @@ def test_fused_moe_is_the_sum_of_its_slots(backend, device, recipe):
 
 
 @pytest.mark.clause("MOE-ERRORS")
-@pytest.mark.parametrize("case", params(MOE_ERRORS))
-def test_moe_errors(backend, device, case):
+@pytest.mark.parametrize("case", params(ERRORS))
+def test_should_reject_bad_input(backend, device, case):
     """Bad input raises the documented exception type, with a message naming the argument."""
     check_backend_raises(case, backend, device)

@@ -12,8 +12,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.bad_input import check_backend_raises, params
+from conformance.bad_input.norms import ERRORS
 from conformance.checks import assert_close, check, describe
-from conformance.error_cases import NORM_ERRORS, check_backend_raises, params
 from conformance.strategies.norms import (
     FLOAT16_EXTREME_SCALES,
     LAYOUTS,
@@ -138,8 +139,8 @@ def test_output_dtype_and_float32_compute(backend, device, op, recipe):
 
 
 @pytest.mark.clause("NORM-ERRORS")
-@pytest.mark.parametrize("case", params(NORM_ERRORS))
-def test_norm_errors(backend, device, case):
+@pytest.mark.parametrize("case", params(ERRORS))
+def test_should_reject_bad_input(backend, device, case):
     """Bad input raises the documented exception type, with a message naming the argument."""
     check_backend_raises(case, backend, device)
 

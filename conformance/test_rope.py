@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance import profiles
+from conformance.bad_input import check_backend_raises, params
+from conformance.bad_input.rope import ERRORS
 from conformance.checks import assert_close, check, describe
-from conformance.error_cases import check_backend_raises, params
-from conformance.error_cases_rope import ROPE_ERRORS
 from conformance.strategies.rope import rope_recipes
 from conformance.tolerances import angle_scale, pair_scale, tolerance
 from reference import rope as oracle
@@ -313,7 +313,7 @@ def test_kernel_args_select_the_style(backend, device, is_neox_style):
 
 
 @pytest.mark.clause("ROPE-ERRORS")
-@pytest.mark.parametrize("case", params(ROPE_ERRORS))
-def test_rope_errors(backend, device, case):
+@pytest.mark.parametrize("case", params(ERRORS))
+def test_should_reject_bad_input(backend, device, case):
     """Bad input raises the documented exception type, with a message naming the argument."""
     check_backend_raises(case, backend, device)

@@ -10,9 +10,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from conformance import profiles
+from conformance.bad_input import check_backend_raises, params
+from conformance.bad_input.serving import ERRORS
 from conformance.checks import assert_close, describe
-from conformance.error_cases import check_backend_raises, params
-from conformance.serving_errors import SERVING_ERRORS
 from conformance.strategies.common import strided_view
 from conformance.strategies.nan import compared_serving_rows, serving_nan_sites
 from conformance.strategies.serving import (
@@ -312,8 +312,8 @@ def test_sinks_with_softcap_match_oracle(backend, device, data, recipe, in_q_dty
 
 
 @pytest.mark.clause("SERVE-ERRORS")
-@pytest.mark.parametrize("case", params(SERVING_ERRORS))
-def test_serving_errors(backend, device, case):
+@pytest.mark.parametrize("case", params(ERRORS))
+def test_should_reject_bad_input(backend, device, case):
     """Bad serving input raises ValueError naming the argument."""
     check_backend_raises(case, backend, device)
 

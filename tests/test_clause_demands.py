@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from suite_runner import outcomes, run_suite
 
+from conformance.bad_input import check_backend_raises
+from conformance.bad_input.activations import ERRORS
 from conformance.checks import ConformanceError
-from conformance.error_cases import ACTIVATION_ERRORS, check_backend_raises
 from reference.serving import window_keys
 
 WIDE_NEXT_TOKENS = """
@@ -253,7 +254,7 @@ class _Raises:
         raise self.exc
 
 
-ODD_LAST_DIM = next(case for case in ACTIVATION_ERRORS if case.id == "gelu_and_mul-odd-last-dim")
+ODD_LAST_DIM = next(case for case in ERRORS if case.id == "gelu_and_mul-odd-last-dim")
 
 
 def test_error_case_passes_a_message_naming_the_argument():

@@ -13,8 +13,8 @@ import pytest
 import torch
 from suite_runner import run_suite
 
+from conformance.bad_input.activations import ERRORS
 from conformance.checks import ConformanceError, assert_close
-from conformance.error_cases import ACTIVATION_ERRORS
 from reference import attention, serving
 from reference.activations import gelu_and_mul
 
@@ -35,7 +35,7 @@ def test_assert_close_names_the_expected_side_as_told():
 
 
 def test_error_records_show_the_bad_value_not_their_id():
-    case = next(c for c in ACTIVATION_ERRORS if c.id == "gelu_and_mul-bad-approximate")
+    case = next(c for c in ERRORS if c.id == "gelu_and_mul-bad-approximate")
     assert case.bad_input() == "approximate='erf'"
 
 
@@ -71,7 +71,8 @@ def test_suite_messages_name_the_value_and_the_backends_own_run(tmp_path):
     document = run_suite(
         tmp_path, paths=["conformance/test_activations.py"], modules=["wordy:BACKENDS"],
         pythonpath=[tmp_path], profile="ci-noshrink",
-        extra=["-k", "(test_gated_errors and bad-approximate) or (test_gated_output_layout and silu)"],
+        extra=["-k", "(test_should_reject_bad_input and bad-approximate) or "
+               "(test_gated_output_layout and silu)"],
     )  # fmt: skip
     out = document["stdout"]
     errors = [line for line in out.splitlines() if "[ACT-ERRORS]" in line]

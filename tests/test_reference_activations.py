@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.error_cases import ACTIVATION_ERRORS
+from conformance.bad_input.activations import ERRORS
 from reference import activations as oracle
 
 # No example may fail for the machine's speed: the first torch call of a process pays torch's lazy
@@ -139,7 +139,7 @@ def test_oracle_errors_name_the_argument(call, exception, words):
         call()
 
 
-@pytest.mark.parametrize("case", ACTIVATION_ERRORS, ids=attrgetter("id"))
+@pytest.mark.parametrize("case", ERRORS, ids=attrgetter("id"))
 def test_oracle_raises_the_shared_error_cases(case):
     """ACT-ERRORS: every shared bad-input record (the ones backends are held to) raises the
     record's exception type with a message naming the argument."""

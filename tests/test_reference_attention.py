@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conformance.error_cases import ATTENTION_ERRORS, names
+from conformance.bad_input import names
+from conformance.bad_input.attention import ERRORS
 from reference import attention, masks
 
 
@@ -122,7 +123,7 @@ def test_attention_oracle_rejects_bad_input(call, argument):
         call(*_qkv(0))
 
 
-@pytest.mark.parametrize("case", ATTENTION_ERRORS, ids=attrgetter("id"))
+@pytest.mark.parametrize("case", ERRORS, ids=attrgetter("id"))
 def test_attention_oracle_raises_the_shared_error_cases(case):
     """ATTN-ERRORS: every shared bad-input record raises ValueError naming the argument."""
     with pytest.raises(case.exception, match=case.match):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.kv_cache_errors import KV_ERRORS
+from conformance.bad_input.kv_cache import ERRORS
 from reference import kv_cache as oracle
 from reference import serving
 
@@ -144,7 +144,7 @@ def test_dequantized_read_is_exact():
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("case", KV_ERRORS, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", ERRORS, ids=lambda c: c.id)
 def test_oracle_rejects_bad_input(case):
     """KV-ERRORS: every shared record raises its exception, naming the argument."""
     with pytest.raises(case.exception, match=case.match):

@@ -9,7 +9,7 @@ from operator import attrgetter
 import pytest
 import torch
 
-from conformance.error_cases import MASK_ERRORS
+from conformance.bad_input.masks import ERRORS
 from reference import masks
 
 
@@ -74,7 +74,7 @@ def test_encoder_mask_equals_transformers(window):
         assert torch.equal(BACKEND.encoder_attention_mask(17, sliding_window=window, padding_mask=pad), want)
 
 
-@pytest.mark.parametrize("case", MASK_ERRORS, ids=attrgetter("id"))
+@pytest.mark.parametrize("case", ERRORS, ids=attrgetter("id"))
 def test_mask_oracle_rejects_bad_input(case):
     """MASK-ERRORS: every shared bad-input record raises ValueError naming the argument."""
     with pytest.raises(case.exception, match=case.match):

@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.error_cases import NORM_ERRORS
+from conformance.bad_input.norms import ERRORS
 from conformance.tolerances import tolerance
 from reference import norms as oracle
 
@@ -147,7 +147,7 @@ def test_eps_is_required():
         oracle.rms_norm(torch.ones(4), torch.ones(4))  # type: ignore[call-arg]
 
 
-@pytest.mark.parametrize("case", NORM_ERRORS, ids=attrgetter("id"))
+@pytest.mark.parametrize("case", ERRORS, ids=attrgetter("id"))
 def test_oracle_raises_the_shared_error_cases(case):
     """NORM-ERRORS: every shared bad-input record raises its exception, naming the argument."""
     with pytest.raises(case.exception, match=case.match):

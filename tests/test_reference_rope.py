@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conformance.error_cases_rope import ROPE_ERRORS
+from conformance.bad_input.rope import ERRORS
 from reference import rope
 
 transformers = pytest.importorskip("transformers")
@@ -321,7 +321,7 @@ def test_kernel_args_read_back_and_reject_the_pitfall():
             rope.kernel_style(api, args)
 
 
-@pytest.mark.parametrize("case", ROPE_ERRORS, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", ERRORS, ids=lambda c: c.id)
 def test_oracle_rejects_bad_input(case):
     with pytest.raises(case.exception, match=case.match):
         case.call(rope)

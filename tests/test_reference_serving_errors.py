@@ -1,4 +1,4 @@
-"""SERVE-ERRORS: the serving oracle raises every shared bad-input record (conformance/serving_errors.py)."""
+"""SERVE-ERRORS: the serving oracle raises every shared bad-input record (conformance/bad_input)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from operator import attrgetter
 
 import pytest
 
-from conformance.serving_errors import SERVING_ERRORS, paged_call
+from conformance.bad_input.serving import ERRORS, paged_call
 from reference import serving
 
 
-@pytest.mark.parametrize("case", SERVING_ERRORS, ids=attrgetter("id"))
+@pytest.mark.parametrize("case", ERRORS, ids=attrgetter("id"))
 def test_serving_oracle_raises_the_shared_error_cases(case):
     """SERVE-ERRORS: every record (the ones backends are held to) raises ValueError naming the argument."""
     with pytest.raises(case.exception, match=case.match):

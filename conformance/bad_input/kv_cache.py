@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from conformance.error_cases import ErrorCase, names
-from conformance.serving_errors import paged_call
+from conformance.bad_input import ErrorCase, names
+from conformance.bad_input.serving import paged_call
 
 F8 = torch.float8_e4m3fn
 
@@ -60,7 +60,7 @@ def _read(name: str, argument: str, **overrides) -> ErrorCase:
     return ErrorCase("KV-ERRORS", "paged_attention", name, paged_call(**fp8), ValueError, names(argument))
 
 
-KV_ERRORS = [
+ERRORS = [
     _write("key-integer", "key", TypeError, key=_t(3, 2, 4, dtype=torch.int32)),
     _write("value-integer", "value", TypeError, value=_t(3, 2, 3, dtype=torch.int32)),
     _write("k-cache-integer", "k_cache", TypeError, k_cache=_t(3, 2, 2, 4, dtype=torch.int32)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from conformance.error_cases import ErrorCase, names
+from conformance.bad_input import ErrorCase, names
 
 ROUTING = dict(
     top_k=2,
@@ -69,7 +69,7 @@ def _config(name, config) -> ErrorCase:
     )
 
 
-MOE_ERRORS = [
+ERRORS = [
     _select("logits-1d", "router_logits", logits=(8,)),
     _select("logits-integer", "router_logits", dtype=torch.int64),
     _select("top-k-zero", "top_k", top_k=0),

@@ -1,8 +1,8 @@
 """SERVE-ERRORS as records (spec/serving.md): every bad input the clause lists, shared by the oracle's
-self-test (tests/test_reference_serving_errors.py) and the properties (conformance/test_serving.py).
+self-test (tests/test_reference_serving_errors.py) and the property (conformance/test_serving.py).
 
 Each record starts from one valid call (two sequences, T = 3 new queries, four blocks of 2) and
-breaks one argument; the message must name that argument (``conformance.error_cases.names``).
+breaks one argument; the message must name that argument (``conformance.bad_input.names``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import torch
 
-from conformance.error_cases import ErrorCase, names
+from conformance.bad_input import ErrorCase, names
 
 
 def _ones(*shape, dtype=torch.float32):
@@ -65,7 +65,7 @@ def _layers(name: str, argument: str, **fields) -> ErrorCase:
 _BAD_NUMBERS = (("zero", 0.0), ("negative", -1.0), ("inf", float("inf")), ("nan", float("nan")))
 _FULL = "full_attention"
 
-SERVING_ERRORS = [
+ERRORS = [
     _serve("q-2d", "q", q=_ones(3, 32)),
     _serve("q-integer", "q", q=_ones(3, 2, 16, dtype=torch.int64)),
     _serve("q-empty", "q", q=_ones(0, 2, 16)),

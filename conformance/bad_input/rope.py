@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import torch
 
-from conformance.error_cases import ErrorCase, names
+from conformance.bad_input import ErrorCase, names
 
 
 def _apply_call(*, positions=None, query=None, key=None, cache=None, is_neox_style=True, mrope=False):
@@ -65,7 +65,7 @@ def _mrope_call(section):
     return patched
 
 
-ROPE_ERRORS = [
+ERRORS = [
     _apply("float-positions", TypeError, "positions", positions=lambda d: torch.zeros(3, device=d)),
     _apply(
         "negative-positions", ValueError, "positions", positions=lambda d: torch.tensor([0, -1, 2], device=d)
