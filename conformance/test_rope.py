@@ -189,6 +189,8 @@ def test_scores_depend_on_position_differences(backend, device, recipe, shift, i
     moved = backend.rotary_embedding(positions + shift, q, k1, longer, is_neox_style=is_neox_style)
     context = f"{describe(backend, device, 'rotary_embedding')}: {recipe.describe()}, shift {shift}"
     dots = [(a.double() * b.double()).sum(-1) for a, b in (base, moved)]
+    # One side's allowance (ROPE-TOL's float32 row over the dot product); a metamorphic comparison
+    # allows both sides' (assert_close, TOL-TABLE).
     bound = (q.double().abs() * k1.double().abs()).sum(-1) * 4e-6
     tol = tolerance(FAMILY, torch.float32)
     assert_close(

@@ -65,14 +65,14 @@ BACKENDS = [LaxMode(), ContiguousRead()]
 
 
 def test_suite_messages_name_the_value_and_the_backends_own_run(tmp_path):
-    """Through the real entry point: ACT-ERRORS shows approximate='erf', ACT-LAYOUT's comparison of
+    """Through the real entry point: ACT-ERRORS shows approximate='erf', ACT-VIEWS' comparison of
     a view with its contiguous copy calls the copy's result the backend's own, not "expected"."""
     (tmp_path / "wordy.py").write_text(textwrap.dedent(BACKENDS))
     document = run_suite(
         tmp_path, paths=["conformance/test_activations.py"], modules=["wordy:BACKENDS"],
         pythonpath=[tmp_path], profile="ci-noshrink",
         extra=["-k", "(test_should_reject_bad_input and bad-approximate) or "
-               "(test_gated_output_layout and silu)"],
+               "(test_should_accept_views and silu)"],
     )  # fmt: skip
     out = document["stdout"]
     errors = [line for line in out.splitlines() if "[ACT-ERRORS]" in line]
