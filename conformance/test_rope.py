@@ -302,7 +302,9 @@ def test_kernel_args_select_the_style(backend, device, is_neox_style):
     args = backend.rope_kernel_args(is_neox_style)
     context = describe(backend, device, "rope_kernel_args", is_neox_style=is_neox_style)
     check(isinstance(args, dict) and args, clause="ROPE-KERNEL-ARGS", message=f"{context}: returned {args!r}")
-    for api, values in args.items():
+    unknown = [api for api in args if not oracle.known_kernel_api(api)]
+    for api in (api for api in args if api not in unknown):
+        values = args[api]
         try:
             style = oracle.kernel_style(api, values)
         except ValueError as error:
@@ -312,6 +314,11 @@ def test_kernel_args_select_the_style(backend, device, is_neox_style):
             clause="ROPE-KERNEL-ARGS",
             message=f"{context}: {api} gets {values!r}, which selects {'NeoX' if style else 'GPT-J'}",
         )
+    if unknown:  # an API the table does not know: its spelling is not judged, never failed
+        judged = sorted(set(args) - set(unknown))
+        others = f"the others conform: {', '.join(judged)}" if judged else "nothing else was returned"
+        known = sorted(oracle.KERNEL_FLAGS)
+        pytest.skip(f"not judged: ROPE-KERNEL-ARGS' table has no API {unknown} (it knows {known}); {others}")
 
 
 @pytest.mark.clause("ROPE-ERRORS")

@@ -315,6 +315,13 @@ def test_kernel_args_read_back_and_reject_the_pitfall():
         for api, args in rope.rope_kernel_args(style).items():
             assert rope.kernel_style(api, args) is style
     assert rope.kernel_style("torch_npu.npu_mrope", {"rotary_mode": "interleave"}) is False
+    # flashinfer's cos/sin-cache ops and sglang's own kernel spell it is_neox (True = NeoX).
+    assert rope.kernel_style("flashinfer.apply_rope_with_cos_sin_cache_inplace", {"is_neox": True}) is True
+    assert rope.kernel_style("flashinfer.apply_rope", {"interleave": True}) is False
+    assert rope.kernel_style("sglang.apply_rope_with_cos_sin_cache_inplace", {"is_neox": False}) is False
+    assert not rope.known_kernel_api("tensorrt_llm") and rope.known_kernel_api("sglang.x")
+    with pytest.raises(ValueError, match="both pairings"):
+        rope.kernel_style("flashinfer", {"interleave": True, "is_neox": True})
     for api, args in [("torch_npu", {"rotary_mode": "interleaved"}), ("flashinfer", {"interleave": 1}),
                       ("cuda", {"is_neox_style": True}), ("vllm", {})]:  # fmt: skip
         with pytest.raises(ValueError, match="api|interleave|rotary_mode|is_neox_style"):
