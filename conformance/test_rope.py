@@ -154,21 +154,35 @@ def test_output_dtype_and_wide_compute(backend, device, recipe, is_neox_style):
 @pytest.mark.clause("ROPE-PURE")
 @pytest.mark.op("rotary_embedding")
 @FEWER
-@given(recipe=rope_recipes(strided=True), is_neox_style=st.booleans())
+@given(recipe=rope_recipes(qkv_split=True), is_neox_style=st.booleans())
 def test_inputs_are_left_unchanged(backend, device, recipe, is_neox_style):
-    """Contiguous inputs (which an in-place kernel's ``.contiguous()`` does not copy) and strided
-    views of every input give the oracle's values and are not written to."""
-    for case in (dataclasses.replace(recipe, strided=False), recipe):
+    """Contiguous inputs (which an in-place kernel's ``.contiguous()`` does not copy) and q, k as
+    views of one qkv projection give the oracle's values and are not written to."""
+    _check_pure(backend, device, (dataclasses.replace(recipe, qkv_split=False), recipe), is_neox_style)
+
+
+@pytest.mark.clause("ROPE-VIEWS")
+@pytest.mark.op("rotary_embedding")
+@FEWER
+@given(recipe=rope_recipes(strided=True), is_neox_style=st.booleans())
+def test_should_accept_views(backend, device, recipe, is_neox_style):
+    """positions, q, k and the cache as every other element of a buffer: the oracle's values, and
+    nothing written to."""
+    _check_pure(backend, device, (recipe,), is_neox_style, clause="ROPE-VIEWS")
+
+
+def _check_pure(backend, device, cases, is_neox_style, *, clause="ROPE-PURE") -> None:
+    for case in cases:
         positions, q, k, cache = case.make(device)
         before = [t.clone() for t in (positions, q, k, cache)]
         backend.rotary_embedding(positions, q, k, cache, is_neox_style=is_neox_style)
         check(
             all(torch.equal(t, b) for t, b in zip((positions, q, k, cache), before, strict=True)),
-            clause="ROPE-PURE",
+            clause=clause,
             message=f"{describe(backend, device, 'rotary_embedding')}: {case.describe()}: "
             "an input was modified in place",
         )
-        _compare(backend, device, case, is_neox_style, "ROPE-PURE")
+        _compare(backend, device, case, is_neox_style, clause)
 
 
 @pytest.mark.clause("ROPE-RELATIVE")
@@ -238,23 +252,24 @@ def test_mrope_sections(backend, device, is_neox_style, recipe):
     dtype=st.sampled_from((torch.float32, torch.float64)),
     attention_factor=st.sampled_from((1.0, 1.35, 0.8)),
     positions_dtype=st.sampled_from((torch.int64, torch.int32)),
-    strided=st.booleans(),
 )
-def test_cos_sin_rows(
-    backend, device, rotary_dim, positions, dtype, attention_factor, positions_dtype, strided
-):
+def test_cos_sin_rows(backend, device, rotary_dim, positions, dtype, attention_factor, positions_dtype):
     """Row p is cat(cos, sin)(p f) * attention_factor, in inv_freq's dtype."""
-    _check_cos_sin(
-        backend,
-        device,
-        rotary_dim,
-        positions,
-        dtype,
-        attention_factor,
-        positions_dtype,
-        strided,
-        "ROPE-COS-SIN",
-    )
+    args = (rotary_dim, positions, dtype, attention_factor, positions_dtype)
+    _check_cos_sin(backend, device, *args, False, "ROPE-COS-SIN")
+
+
+@pytest.mark.clause("ROPE-VIEWS")
+@pytest.mark.op("rope_cos_sin")
+@FEWER
+@given(
+    rotary_dim=st.sampled_from((2, 8, 64)),
+    positions=st.lists(st.one_of(st.integers(0, 63), st.integers(100000, 262143)), min_size=1, max_size=8),
+)
+def test_should_accept_cos_sin_views(backend, device, rotary_dim, positions):
+    """positions and inv_freq as every other element of a buffer: the rows of their copies."""
+    args = (rotary_dim, positions, torch.float32, 1.0, torch.int64)
+    _check_cos_sin(backend, device, *args, True, "ROPE-VIEWS")
 
 
 @pytest.mark.clause("ROPE-LONG")
@@ -266,7 +281,8 @@ def test_cos_sin_rows(
 )
 def test_long_positions_keep_float32_angles(backend, device, positions, rotary_dim):
     """Positions past 100k (and below 64, where a bfloat16 cos shows) within the float32 allowance."""
-    _check_cos_sin(backend, device, rotary_dim, positions, torch.float32, 1.0, torch.int64, True, "ROPE-LONG")
+    args = (rotary_dim, positions, torch.float32, 1.0, torch.int64)
+    _check_cos_sin(backend, device, *args, False, "ROPE-LONG")
 
 
 def _check_cos_sin(
