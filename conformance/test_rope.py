@@ -171,6 +171,15 @@ def test_should_accept_views(backend, device, recipe, is_neox_style):
     _check_pure(backend, device, (recipe,), is_neox_style, clause="ROPE-VIEWS")
 
 
+@pytest.mark.clause("ROPE-VIEWS")
+@pytest.mark.op("mrope")
+@FEWER
+@given(is_neox_style=st.booleans(), recipe=rope_recipes(mrope=True, strided=True))
+def test_should_accept_mrope_views(backend, device, is_neox_style, recipe):
+    """mrope's [3, T] positions, q, k and the cache as every other element of a buffer: the oracle's."""
+    _compare(backend, device, recipe, is_neox_style, "ROPE-VIEWS", op="mrope")
+
+
 def _check_pure(backend, device, cases, is_neox_style, *, clause="ROPE-PURE") -> None:
     for case in cases:
         positions, q, k, cache = case.make(device)
