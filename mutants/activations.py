@@ -302,6 +302,9 @@ class OddWidthTruncated(NativeBackend):
 
     name = "odd-width-truncated"
     clauses = {"ACT-ERRORS"}
+    # Reclassified: a robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "the field's SiluAndMul/GeluAndMul also compute d = x.shape[-1] // 2 unchecked"
 
     def gelu_and_mul(self, x, *, approximate):
         if x.dim() == 0 or not x.is_floating_point():
