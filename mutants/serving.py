@@ -320,5 +320,5 @@ BACKENDS = [
 
 BACKENDS += [
     named(windows.QwenWindowSwitchDefaultsOn, "wrong-qwen-window-switch-defaults-on"),
-    named(windows.Cohere2WindowPlusOne, "wrong-cohere2-window-plus-one"),
+    named(windows.Cohere2WindowPlusTwo, "wrong-cohere2-window-plus-two"),
 ]
