@@ -179,6 +179,10 @@ def test_output_dtype_rules():
     assert oracle.normed_dtypes("gemma_rms_norm", bf16, f32) == (bf16,)
     assert oracle.normed_dtypes("gemma_fused_add_rms_norm", bf16, f32, f32) == (bf16, f32)
     assert oracle.normed_dtypes("fused_add_rms_norm", bf16, f32, bf16) == (bf16, f32)
+    assert oracle.normed_rounding_dtype("rms_norm", f32, bf16) == bf16  # vLLM 0.33: x.to(weight.dtype)
+    assert oracle.normed_rounding_dtype("fused_add_rms_norm", f16, bf16) == bf16
+    assert oracle.normed_rounding_dtype("rms_norm", bf16, f32) == bf16
+    assert oracle.normed_rounding_dtype("gemma_rms_norm", f32, bf16) == f32  # 1 + weight in float32
     with pytest.raises(ValueError, match="op must be one of"):
         oracle.normed_dtypes("layer_norm", bf16, f32)
     with pytest.raises(ValueError, match="residual must be given"):
