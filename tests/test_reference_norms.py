@@ -227,8 +227,9 @@ class TransformersPeer(_Peer):
 
 
 class VllmNativePeer(_Peer):
-    """vLLM's RMSNorm.forward_native and GemmaRMSNorm.forward_static, as spec/norms.md quotes them
-    (its Gemma residual is float32 for float16 inputs, a deviation: the fused Gemma op is left out)."""
+    """vLLM's RMSNorm.forward_native and GemmaRMSNorm.forward_static at commit 00cba797, as spec/norms.md
+    quotes them (its Gemma residual is float32 for float16 inputs, a deviation: the fused Gemma op is
+    left out); vLLM 0.33's forms: tests/test_upstream_conventions.py."""
 
     name = "vllm-forward-native"
 
