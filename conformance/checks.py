@@ -150,14 +150,25 @@ def assert_close(
         max_abs_error=float("inf") if bool(nonfinite_bad.any()) else abs_err.flatten()[worst_abs].item(),
         max_rel_error=rel_err.flatten()[worst_rel].item(),
         violation=violation,
-        relation=f"got {_short(violation['got'])}, {expected_as} {_short(violation['expected'])} at {index}",
+        relation=_relation(violation, expected_as),
         metamorphic=expected_as != "expected",
     )
 
 
-def _short(value: float) -> str:
-    """A value as a one-line verdict shows it: 4 significant digits (the record keeps the repr)."""
-    return f"{value:.4g}"
+def _relation(violation: dict, expected_as: str) -> str:
+    """``got -1.08939, expected -1.08937 at (0,)``: the largest violation, values first."""
+    got, want = _distinct(violation["got"], violation["expected"])
+    return f"got {got}, {expected_as} {want} at {tuple(violation['index'])}"
+
+
+def _distinct(got: float, want: float) -> tuple[str, str]:
+    """Two values as a one-line verdict shows them: 4 significant digits, more until they differ
+    (got -1.08939, expected -1.08937; the record keeps each repr)."""
+    for digits in range(4, 18):
+        shown = f"{got:.{digits}g}", f"{want:.{digits}g}"
+        if shown[0] != shown[1] or got == want or got != got or want != want:
+            return shown
+    return repr(got), repr(want)
 
 
 def check(condition: bool, *, clause: str, message: str, relation: str | None = None) -> None:

@@ -71,7 +71,7 @@ def verdict_facts(item, call) -> dict:
         "backend": getattr(params.get("backend"), "name", None),
         "device": getattr(params.get("device"), "type", None),
         "relation": relation,
-        "context": context_of(message),
+        "context": context_of(message, relation),
         "example": example_line(exc, tuple(params)),
     }
 
@@ -84,10 +84,12 @@ _COUNT = re.compile(
 )
 
 
-def context_of(message: str) -> str:
+def context_of(message: str, relation: str | None = None) -> str:
     """A verdict's first line without what the streamed line says already (clause, op, backend,
-    device) and with assert_close's element count shortened to dtype and shape."""
+    device, the relation) and with assert_close's element count shortened to dtype and shape."""
     text = _PREFIX.sub("", message, count=1)
+    if relation:
+        text = text.replace(f": {relation}", "").replace(relation, "")
     return _COUNT.sub(lambda m: f" ({m.group(1)} {m.group(2)})", text).strip(" :;,")
 
 
