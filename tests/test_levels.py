@@ -38,8 +38,13 @@ def _env() -> dict:
 def _runs(root: Path) -> dict:
     """``opconform run`` without and with --strict, and plain pytest, on the lax backend."""
     common = ["--backend-module", "lax_backend", "--device", "cpu", "-n", "0", "--profile", "ci"]
+    manifest = root / "lax.toml"  # a declared SHOULD failure: expectations apply at both levels
+    case = "test_norms.py::test_should_reject_bad_input?lax-cpu-rms_norm-eps-nan?"  # a glob: ? for [ ]
+    manifest.write_text(
+        f'backend = "lax"\n\n[[expect]]\ntest = "{case}"\nreason = "bug"\nissue = "https://example.org/lax/1"\n'
+    )
     out = {}
-    for name, extra in (("run", []), ("strict", ["--strict"])):
+    for name, extra in (("run", []), ("strict", ["--strict", "--expectations", str(manifest)])):
         command = [sys.executable, "-m", "opconform.cli", "run", *common, *extra, "--out", str(root / name),
                    "--", "-k", SELECTION]  # fmt: skip
         proc = subprocess.run(command, cwd=root, env=_env(), capture_output=True, text=True, timeout=600)
@@ -74,11 +79,16 @@ def test_a_correct_backend_that_validates_nothing_exits_0_with_its_should_summar
     assert document["clauses"]["NORM-ERRORS"]["level"] == "SHOULD" and document["strict"] is False
 
 
-def test_strict_makes_should_failures_fail_the_run(lax):
-    """opconform run --strict: the same failures, exit 1."""
+def test_strict_makes_should_failures_fail_the_run_and_manifests_declare_them(lax):
+    """opconform run --strict: the same failures, exit 1; a SHOULD failure a manifest declares is
+    an expected failure like any other."""
     strict = lax["strict"]
     assert strict["returncode"] == 1, strict["stdout"][-3000:]
     assert "SHOULD failures (" in strict["stdout"] and "opconform run: no MUST failure, " in strict["stdout"]
+    document = report.load(Path(lax["report"]).parent.parent / "strict" / "report.json")
+    (declared,) = [r for r in document["results"] if r["nodeid"].endswith("[lax-cpu-rms_norm-eps-nan]")]
+    assert declared["outcome"] == "expected failure" and declared["expectation"]["verdict"] == "expected"
+    assert document["strict"] is True and report.failures(document, level="SHOULD")
 
 
 def test_pytest_counts_should_failures_apart_and_lists_them_after(lax):
