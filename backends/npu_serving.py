@@ -5,9 +5,9 @@ Two kernels, chosen per call as vllm-ascend's attention does:
 - every sequence decodes (query length 1), without a window or sinks: ATB's ``_npu_paged_attention``
   (the decode kernel; it has no mask and no sink input);
 - otherwise one ``npu_fused_infer_attention_score_v2`` call in TND over the paged cache, with the
-  sinks as its ``learnable_sink``: the band (sparse_mode 3 / 4 with the compressed mask) when some
-  sequence has more than one query row, the explicit MASK-SWA-DECODE mask when all decode
-  (the incremental kernel ignores the band, CANN-FIA-PAGED).
+  sinks as its ``learnable_sink`` (in q's dtype; q and the caches zero-padded to head dim 64 or 128,
+  the only value D the op takes sinks with): the band (sparse_mode 3 / 4 with the compressed mask),
+  for decodes too (the query-length-1 caveat does not cover TND, CANN-FIA-DECODE).
 fp8 caches are dequantized into q's dtype first (spec/kv_cache.md, KV-FP8-READ). What neither kernel
 can express raises NotImplementedError (softcap; Dv != Dqk; sinks with a value head dim over 128).
 Each step is a method, so a mutant can change exactly one (mutants/_serving_npu.py).
@@ -16,11 +16,12 @@ Each step is a method, so a mutant can change exactly one (mutants/_serving_npu.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from reference.kv_cache import dequantized_caches
 from reference.serving import validate_paged_args
 
-SINK_MAX_VALUE_DIM = 128  # CANN-FIA-V2: learnable_sink only with value D <= 128
+SINK_VALUE_DIMS = (64, 128)  # CANN-FIA-V2: learnable_sink only with value D 64 or 128
 
 
 def paged_attention(
@@ -40,11 +41,13 @@ def paged_attention(
         args = self.atb_paged_args(meta, table)
         self.ops._npu_paged_attention(q.contiguous(), k_cache, v_cache, **args, out=out)
         return out
+    sinks = None if sinks is None else sinks.to(q.dtype)  # V4 lists bfloat16/float16, V5 the query's dtype
+    q, k_cache, v_cache, width = self.sink_head_dims(q, k_cache, v_cache, sinks)
     num_blocks, block_size, kv_heads, head_dim = k_cache.shape
     key = k_cache.reshape(num_blocks, block_size, kv_heads * head_dim)  # (blocknum, blocksize, H)
     value = v_cache.reshape(num_blocks, block_size, kv_heads * head_dim)
     options = self.fia_v2_args(meta, table, block_size, kv_heads, sinks)
-    return self.ops.npu_fused_infer_attention_score_v2(q.contiguous(), key, value, **options)[0]
+    return self.ops.npu_fused_infer_attention_score_v2(q.contiguous(), key, value, **options)[0][..., :width]
 
 
 def uses_atb_paged_attention(self, meta, sinks) -> bool:
@@ -65,8 +68,19 @@ def atb_paged_args(self, meta, table) -> dict:
     }
 
 
+def sink_head_dims(self, q, k_cache, v_cache, sinks):
+    """(q, k_cache, v_cache, D): with sinks and a head dim D other than 64 and 128 (CANN-FIA-V2's V_D),
+    all three zero-padded to the next of them: the zero columns add exact zeros to Q K^T and give zero
+    output columns, which the caller cuts off (adapter choice)."""
+    width = v_cache.shape[3]
+    if sinks is None or width in SINK_VALUE_DIMS:
+        return q, k_cache, v_cache, width
+    pad = (0, min(d for d in SINK_VALUE_DIMS if d > width) - width)
+    return F.pad(q, pad), F.pad(k_cache, pad), F.pad(v_cache, pad), width
+
+
 def fia_v2_args(self, meta, table, block_size: int, kv_heads: int, sinks) -> dict:
-    """FIA v2's keywords (CANN-FIA-V2), mask and window included."""
+    """FIA v2's keywords (CANN-FIA-V2), mask and window included: the band for every TND call."""
     options = {
         "input_layout": "TND",
         "num_query_heads": meta.q_heads,
@@ -79,28 +93,17 @@ def fia_v2_args(self, meta, table, block_size: int, kv_heads: int, sinks) -> dic
     }
     if sinks is not None:
         options["learnable_sink"] = self.learnable_sink(sinks, table.device)
-    if all(meta.query_len(b) == 1 for b in range(meta.batch)):
-        options["atten_mask"] = self._paged_decode_mask(meta, table.shape[1] * block_size, table.device)
-    else:
-        options["atten_mask"] = self.compressed_mask(table.device)
-        options["sparse_mode"] = 3 if meta.sliding_window is None else 4
-        options.update(self.cann_prefill_tokens(meta.sliding_window))
+    # TND is outside the query-length-1 caveat (CANN-FIA-DECODE): the band holds for decodes too.
+    options["atten_mask"] = self.compressed_mask(table.device)
+    options["sparse_mode"] = 3 if meta.sliding_window is None else 4
+    options.update(self.cann_prefill_tokens(meta.sliding_window))
     return options
 
 
 def learnable_sink(self, sinks, device) -> torch.Tensor:
-    """SERVE-SINKS' [Hq] logits as v2's learnable_sink, in query-head order (head h's kv head is
-    h // group, as FIA's GQA). bfloat16 sinks pass as they are; other dtypes in float32, which the
-    emulator takes and the documentation does not list (CANN-FIA-V2: adapter choice)."""
-    sinks = sinks.to(device)
-    return (sinks if sinks.dtype == torch.bfloat16 else sinks.float()).contiguous()
-
-
-def _paged_decode_mask(self, meta, kv_len: int, device) -> torch.Tensor:
-    """MASK-SWA-DECODE [B, 1, 1, kv_len] (True = masked): the incremental kernel ignores the band."""
-    window = kv_len if meta.sliding_window is None else self.decode_mask_window(meta.sliding_window)
-    lengths = torch.tensor(meta.seq_lens, dtype=torch.int64, device=device)
-    return self.swa_decode_mask(lengths, kv_len, window=window)[:, :, None, :]
+    """SERVE-SINKS' [Hq] logits (already in q's dtype) as v2's learnable_sink, in query-head order
+    (head h's kv head is h // group, as FIA's GQA; CANN-FIA-V2)."""
+    return sinks.to(device).contiguous()
 
 
 def require_paged_features(meta, k_cache, v_cache, sinks) -> None:
@@ -112,15 +115,13 @@ def require_paged_features(meta, k_cache, v_cache, sinks) -> None:
             f"Dv={v_cache.shape[3]} != Dqk={k_cache.shape[3]}: FIA v2's paged path requires key and value "
             "of identical shapes"
         )
-    if sinks is not None and v_cache.shape[3] > SINK_MAX_VALUE_DIM:
-        raise NotImplementedError(
-            f"sinks: FIA v2 documents learnable_sink only for value D <= {SINK_MAX_VALUE_DIM}"
-        )
+    if sinks is not None and v_cache.shape[3] > max(SINK_VALUE_DIMS):
+        raise NotImplementedError(f"sinks: FIA v2 takes learnable_sink only with value D {SINK_VALUE_DIMS}")
 
 
 def install(cls, compressed_mask) -> None:
     """The serving methods on the adapter class; ``compressed_mask(device)`` is FIA's 2048x2048 mask."""
     cls.compressed_mask = staticmethod(compressed_mask)
-    for method in (paged_attention, uses_atb_paged_attention, atb_paged_args, fia_v2_args, learnable_sink,
-                   _paged_decode_mask):  # fmt: skip
+    for method in (paged_attention, uses_atb_paged_attention, atb_paged_args, sink_head_dims, fia_v2_args,
+                   learnable_sink):  # fmt: skip
         setattr(cls, method.__name__, method)

@@ -26,6 +26,7 @@ OPTIONS = (
     ("opconform_timeout", None),
     ("opconform_backend_maxfail", None),
     ("opconform_first_failure", False),
+    ("opconform_strict", False),
     ("focus_declared_clauses", False),
     ("opconform_model", None),
     ("opconform_model_config", None),

@@ -138,6 +138,8 @@ def assert_close(
     violation["rel_error"] = None if unbounded else rel_err[index].item()
     violation["allowed"] = allowed_flat[worst_excess].item()
     for label, flat in (("violation", worst_excess), ("abs error", worst_abs), ("rel error", worst_rel)):
+        if label != "violation" and _index(flat, got.shape) == index:
+            continue  # the same element as the largest violation: shown once
         where = _index(flat, got.shape)
         if bool(nonfinite_bad.flatten()[flat]):
             error = "a NaN or inf mismatch"
@@ -155,14 +157,34 @@ def assert_close(
         max_abs_error=float("inf") if bool(nonfinite_bad.any()) else abs_err.flatten()[worst_abs].item(),
         max_rel_error=rel_err.flatten()[worst_rel].item(),
         violation=violation,
+        relation=_relation(violation, expected_as),
+        metamorphic=metamorphic,
     )
 
 
-def check(condition: bool, *, clause: str, message: str) -> None:
-    """Fail with ``clause`` named unless ``condition`` holds."""
+def _relation(violation: dict, expected_as: str) -> str:
+    """``got -1.08939, expected -1.08937 at (0,)``: the largest violation, values first."""
+    got, want = _distinct(violation["got"], violation["expected"])
+    return f"got {got}, {expected_as} {want} at {tuple(violation['index'])}"
+
+
+def _distinct(got: float, want: float) -> tuple[str, str]:
+    """Two values as a one-line verdict shows them: 4 significant digits, more until they differ
+    (got -1.08939, expected -1.08937; the record keeps each repr)."""
+    for digits in range(4, 18):
+        shown = f"{got:.{digits}g}", f"{want:.{digits}g}"
+        if shown[0] != shown[1] or got == want or got != got or want != want:
+            return shown
+    return repr(got), repr(want)
+
+
+def check(condition: bool, *, clause: str, message: str, relation: str | None = None) -> None:
+    """Fail with ``clause`` named unless ``condition`` holds. ``relation`` is the decisive part of
+    ``message``, values first (what broke: "weights sum to 1.000, expected 2.5"), which the streamed
+    line leads with."""
     __tracebackhide__ = True  # a failure shows its verdict, not this source
     if not condition:
-        raise ConformanceError(clause, message)
+        raise ConformanceError(clause, message, relation=relation)
 
 
 def check_raises(
@@ -177,13 +199,19 @@ def check_raises(
     except exception as exc:
         if match is None or re.search(match, str(exc)):
             return
+        relation = f"raised {type(exc).__name__} not naming the argument (regex {match!r})"
         raise ConformanceError(
             clause,
             f"{context}: raised {type(exc).__name__}: {exc}; expected the message to name the "
             f"argument (regex {match!r})",
+            relation=relation,
         ) from exc
     except Exception as exc:  # noqa: BLE001 - the wrong type is itself the finding
+        relation = f"raised {type(exc).__name__}, expected {exception.__name__}"
         raise ConformanceError(
-            clause, f"{context}: raised {type(exc).__name__}: {exc}; expected {exception.__name__}"
+            clause,
+            f"{context}: raised {type(exc).__name__}: {exc}; expected {exception.__name__}",
+            relation=relation,
         ) from exc
-    raise ConformanceError(clause, f"{context}: accepted bad input; expected {exception.__name__}")
+    raise ConformanceError(clause, f"{context}: accepted bad input; expected {exception.__name__}",
+                           relation=f"accepted bad input, expected {exception.__name__}")  # fmt: skip

@@ -26,6 +26,8 @@ class ConformanceError(AssertionError):
         max_abs_error: float | None = None,
         max_rel_error: float | None = None,
         violation: dict | None = None,
+        relation: str | None = None,
+        metamorphic: bool = False,
     ):
         super().__init__(f"[{clause}] {message}")
         self.clause = clause
@@ -35,6 +37,11 @@ class ConformanceError(AssertionError):
         # The worst element of a numeric comparison (index, got, expected, abs/rel error, allowed):
         # the results record's ``largest_violation``.
         self.violation = violation
+        # The decisive relation that broke, values first ("got 0.5, expected 1 at (3,)", "weights
+        # sum to 1.000, expected routed_scaling_factor 2.5"): what the streamed line leads with.
+        self.relation = relation
+        # The comparison was the backend against its own other result, not against the oracle.
+        self.metamorphic = metamorphic
 
 
 def exceptions_under(exc: BaseException | None):

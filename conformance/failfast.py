@@ -20,16 +20,21 @@ import pytest
 FAILURES = pytest.StashKey[dict]()
 BROKEN = pytest.StashKey[set]()  # (backend, device, clause) that failed, for --opconform-first-failure
 INFO, CASE = "opconform", "opconform_case"  # recorder's user_properties keys (conformance.recorder)
+SHOULD_FAILED = "failed (SHOULD)"  # conformance.results.Outcome.SHOULD_FAILED, without importing it
 
 
 def note(config, backend, report) -> None:
-    """Count a failed call of ``backend``, and remember the clause it broke on its device."""
-    if not (report.when == "call" and report.failed and backend is not None):
-        return
-    counts = config.stash.setdefault(FAILURES, {})
-    counts[backend.name] = counts.get(backend.name, 0) + 1
+    """Count a failed call of ``backend`` (a SHOULD failure counts only under --opconform-strict,
+    where it fails the run), and remember the clause it broke on its device, at either level."""
     properties = dict(report.user_properties)
-    clause = (properties.get(CASE) or {}).get("failure", {}).get("clause")
+    facts = properties.get(CASE) or {}
+    should = facts.get("outcome") == SHOULD_FAILED
+    if not (report.when == "call" and (report.failed or should) and backend is not None):
+        return
+    if report.failed:
+        counts = config.stash.setdefault(FAILURES, {})
+        counts[backend.name] = counts.get(backend.name, 0) + 1
+    clause = facts.get("failure", {}).get("clause")
     if clause:
         device = (properties.get(INFO) or {}).get("device")
         config.stash.setdefault(BROKEN, set()).add((backend.name, device, clause))

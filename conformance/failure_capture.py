@@ -11,9 +11,10 @@ default ``--tb=auto`` shows the verdict, the example and the rerun.
 
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
 
-from conformance import failure_record
+from conformance import failure_record, spec_index
 
 # Frames of these packages are the suite's or the harness's: a backend's own exception is shown
 # with its frames outside them (the user's code), never the suite's lines.
@@ -50,16 +51,31 @@ def record(item, info: dict, *, error, raised, command: str, call_exc) -> dict:
         "message": message,
         "example": failure_record.example(params, notes, seed=seed),
         "largest_violation": getattr(error, "violation", None),
+        "relation": getattr(error, "relation", None) or (first if error is None and raised else None),
+        "kind": judged_as(item.config, clause, error),
+        "frames": outside_frames(raised) if raised is not None and error is None else None,
     }
 
 
-def _outside_frames(excinfo) -> list[str]:
-    """``path:line in function`` of the innermost frames outside the suite and the harness."""
+def judged_as(config, clause: str | None, error) -> str:
+    """How the failing comparison judged (spec/README.md, Levels): the clause's kind, or
+    ``metamorphic`` when a direct clause's failing comparison was the backend against itself."""
+    from conformance.activation import state
+
+    known = (getattr(state(config), "clauses", None) or {}).get(clause or "")
+    kind = known.kind if known is not None else spec_index.DIRECT
+    if kind == spec_index.DIRECT and getattr(error, "metamorphic", False):
+        return spec_index.METAMORPHIC
+    return kind
+
+
+def outside_frames(exc: BaseException | None) -> list[str]:
+    """``at path:line in function`` of the innermost frames of ``exc``'s traceback outside the
+    suite and the harness: where a backend's own exception came from, in the user's code."""
     frames = []
-    for entry in getattr(excinfo, "traceback", None) or []:
-        parts = Path(str(entry.path)).parts
-        if not any(package in parts for package in SUITE_PACKAGES):
-            frames.append(f"  at {entry.path}:{entry.lineno + 1} in {entry.name}")
+    for frame in traceback.extract_tb(getattr(exc, "__traceback__", None)):
+        if not any(package in Path(frame.filename).parts for package in SUITE_PACKAGES):
+            frames.append(f"at {frame.filename}:{frame.lineno} in {frame.name}")
     return frames[-MAX_FRAMES:]
 
 
@@ -69,8 +85,9 @@ def defer_traceback(item) -> None:
     the traceback whose source lookups (the suite's long modules, parsed per frame) cost ~25 ms a
     failing case, i.e. seconds for a broken backend's run. Hypothesis's patch of ``@example``
     lines for the failing examples is dropped too: it would edit the suite's own source, and
-    building it imported libcst (~1 s) and put its DeprecationWarnings in the user's summary."""
-    if item.config.getoption("tbstyle", "auto") != "auto":
+    building it imported libcst (~1 s) and put its DeprecationWarnings in the user's summary.
+    Under ``--tb=no`` (``opconform run``, which prints the record itself) the same holds."""
+    if item.config.getoption("tbstyle", "auto") not in ("auto", "no"):
         return
 
     def repr_failure(excinfo, style=None):
@@ -83,14 +100,13 @@ def defer_traceback(item) -> None:
 
 
 def shorten(config, report, failure: dict, excinfo) -> bool:
-    """Show ``failure``'s lines as the report's traceback (``--tb=auto`` only); True if done."""
-    if config.getoption("tbstyle", "auto") != "auto" or report.longrepr is None:
+    """Show ``failure``'s lines as the report's traceback (``--tb=auto`` and ``--tb=no``, where pytest
+    shows none but a report may); True if done."""
+    if config.getoption("tbstyle", "auto") not in ("auto", "no") or report.longrepr is None:
         return False
     from _pytest._code.code import ExceptionChainRepr, ReprEntryNative, ReprFileLocation, ReprTraceback
 
     shown = failure_record.lines(failure)
-    if failure.get("error"):
-        shown[1:1] = _outside_frames(excinfo)
     crash = getattr(report.longrepr, "reprcrash", None)
     location = ReprFileLocation(
         str(getattr(crash, "path", report.location[0])), getattr(crash, "lineno", 0), shown[0]

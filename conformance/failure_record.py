@@ -152,6 +152,7 @@ def lines(failure: dict, *, message: str | None = None) -> list[str]:
     text = failure.get("message") or legacy_message(message) or failure.get("error") or ""
     verdict, *details = text.splitlines() or [""]
     out = [verdict] if verdict else []
+    out += [f"  {frame}" for frame in failure.get("frames") or ()]
     shown = example_text(failure.get("example"))
     if shown:
         out.append(f"  example: {shown}")

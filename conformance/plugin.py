@@ -22,12 +22,23 @@ from hypothesis import settings
 
 import conformance.exit_gc as exit_gc
 import conformance.signatures as signatures
-from conformance import activation, failfast, options, profiles, recorder, rerun, spec_index, time_limit
+from conformance import (
+    activation,
+    failfast,
+    levels,
+    options,
+    profiles,
+    recorder,
+    rerun,
+    selection,
+    spec_index,
+    time_limit,
+)
 from conformance import expectations as manifests
 from conformance import model_profile as models
 from conformance import stream as fast_verdict
 from conformance.activation import state
-from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device, present_devices
+from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device
 
 # pytest's exit status when a --device device is absent (its own are 0-5); `opconform run` exits 3 then
 EXIT_DEVICE_ABSENT = 6
@@ -106,6 +117,12 @@ def pytest_addoption(parser):
         "device's remaining cases of the clause (conformance/failfast.py); the run completes",
     )
     group.addoption(
+        "--opconform-strict",
+        action="store_true",
+        help="SHOULD clauses' failures fail the run too (by default they are counted apart and only "
+        "MUST failures fail it: spec/README.md, Levels)",
+    )
+    group.addoption(
         "--opconform-expectations",
         action="append",
         default=[],
@@ -113,67 +130,6 @@ def pytest_addoption(parser):
         help="expectations manifest (TOML) or a directory of them (repeatable): declared deviations",
     )
     models.add_options(group)
-
-
-def _load_module_backends(spec: str) -> list:
-    """``--backend-module spec``'s backends; any error importing it is a one-line usage error."""
-    registry = _registry()
-    try:
-        loaded = registry.load_backend_module(spec)
-    except registry.BackendError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    except Exception as exc:  # noqa: BLE001 - a SyntaxError, RuntimeError... raised by the user's module
-        raise pytest.UsageError(
-            f"--backend-module {spec}: importing it raised {type(exc).__name__}: {exc}"
-        ) from exc
-    clashing = sorted({b.name for b in loaded} & set(registry.BUILTIN))
-    if clashing:
-        raise pytest.UsageError(
-            f"--backend-module {spec}: backend(s) {clashing} have the name of a built-in backend; "
-            "give them another name"
-        )
-    return loaded
-
-
-def _entry_point_backends() -> list:
-    """The installed entry points' backends; one that raises on load is a one-line usage error."""
-    registry = _registry()
-    try:
-        return registry.entry_point_backends()
-    except registry.BackendError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - whatever the installed package's module raises
-        raise pytest.UsageError(
-            f"an installed {registry.ENTRY_POINT_GROUP!r} entry point raised {type(exc).__name__}: {exc}"
-        ) from exc
-
-
-def _select_backends(config) -> list:
-    registry = _registry()
-    names = config.getoption("backend")
-    module_specs = config.getoption("backend_module")
-    try:
-        from_modules = [b for spec in module_specs for b in _load_module_backends(spec)]
-        if not names and from_modules:
-            return registry.unique_by_name(from_modules)
-        known = registry.unique_by_name(registry.builtin_backends() + _entry_point_backends() + from_modules)
-    except registry.BackendError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    if not names:
-        return known
-    by_name = {b.name: b for b in known}
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise pytest.UsageError(f"--backend: unknown backend(s) {unknown}; known: {sorted(by_name)}")
-    return registry.unique_by_name([by_name[n] for n in names] + from_modules)
-
-
-def _select_devices(config) -> list[str]:
-    devices = config.getoption("device") or present_devices()
-    unknown = [d for d in devices if d not in KNOWN_DEVICE_TYPES]
-    if unknown:
-        raise pytest.UsageError(f"--device: unknown device(s) {unknown}; expected {KNOWN_DEVICE_TYPES}")
-    return list(dict.fromkeys(devices))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -196,6 +152,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "op(name): the backend op a test needs")
     # Inert until the suite's items run: an xdist controller, which collects nothing, streams too.
     config.pluginmanager.register(fast_verdict.FastVerdict(config), "opconform-fast-verdict")
+    config.pluginmanager.register(levels.Levels(), "opconform-levels")  # inert without SHOULD failures
     if activation.requested(config):
         activate(config)
 
@@ -222,7 +179,7 @@ def activate(config) -> None:
     config.pluginmanager.register(scope, "opconform-profile")
     config.pluginmanager.register(time_limit.TimeLimit(config, profile), "opconform-time-limit")
     exit_gc.register(config)
-    run = activation.State(_select_backends(config), _select_devices(config), profile=profile)
+    run = activation.State(selection.backends(config), selection.devices(config), profile=profile)
     run.loaded_profile = loaded
     signatures.check_loaded(config, run.backends)  # one line per mismatched op, printed now
     if config.getoption("device"):  # devices asked for by name that are absent: the run must not pass
@@ -245,6 +202,7 @@ def activate(config) -> None:
         profile=profile,
         seed=config.getoption("hypothesis_seed", None),
         timeout=config.getoption("opconform_timeout"),
+        strict=config.getoption("opconform_strict"),
     )
     models.activate(config, run.backends)  # --opconform-model: the profile's pins, its rerun option
     config.stash[activation.STATE] = run

@@ -15,7 +15,16 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conformance import errors, failure_capture, failure_record, model_profile, rerun, results
+from conformance import (
+    errors,
+    failure_capture,
+    failure_record,
+    levels,
+    model_profile,
+    rerun,
+    results,
+    spec_index,
+)
 from conformance import expectations as manifests
 from conformance.activation import state
 from conformance.results import Case, ExpectationVerdict, Failure, Outcome
@@ -65,6 +74,7 @@ def case_info(item) -> dict:
         # Known when the test is parametrized by dtype; Hypothesis tests draw it per example.
         "dtype": dtype_name(params.get("dtype")),
     }
+    info["level"] = spec_index.case_level(None, info["clauses"], state(item.config).clauses)
     # Every entry that may apply (also "maybe": same but for an unknown dtype), for staleness.
     info["expectations"] = [e.id for e in matching(item.config, item.nodeid, info, "yes", "maybe")]
     return info
@@ -153,6 +163,7 @@ def record_call(item, call, report) -> None:
         elif verdict == "exceeds bound":
             message = f"{label}: largest error {largest:.3g} exceeds bound {entry.bound:g}"
             report.sections.append(("opconform expectations", message))
+    levels.level_should(item.config, report, case, info)
     report.user_properties = [*report.user_properties, (CASE, case)]
 
 
@@ -178,11 +189,11 @@ def merge_collected(mine: dict, sent: dict) -> dict:
 
 
 def crash_facts(case: Case, tests: dict) -> None:
-    """Fill in the op and clauses of a crashed case (the dead worker sent none of its facts) from
-    what the other workers collected of its test function: its clauses, and its op (one of the
-    function's ops, picked by the op id among the case's parameters when there are several)."""
+    """Fill in the level (MUST: a crash ends the run), op and clauses of a crashed case (the dead
+    worker sent none of its facts) from what the other workers collected of its test function: its
+    clauses, and its op (one of the function's ops, picked by the op id among its parameters)."""
     function, _, params = case.nodeid.partition("[")
-    test = tests.get(function)
+    test, case.level = tests.get(function), spec_index.MUST
     if test is None or case.clauses:
         return
     case.clauses = list(test["clauses"])
@@ -207,7 +218,7 @@ class ResultsRecorder:
         would have sent are lost with it, and ``document`` fills in its op and clauses from what
         the other workers collected, ``crash_facts``)."""
         params = crashitem.rpartition("[")[2]
-        info = {"backend": None, "device": None, "op": None, "clauses": [], "dtype": None, "expectations": []}
+        info = {**dict.fromkeys(("backend", "device", "op", "dtype")), "clauses": [], "expectations": []}
         for backend in sorted((b.name for b in self.run.backends), key=len, reverse=True):
             device = next((d for d in self.run.devices if params.startswith(f"{backend}-{d}")), None)
             if device:
@@ -256,7 +267,9 @@ class ResultsRecorder:
             expectation=ExpectationVerdict(**expectation) if expectation else None,
             **facts,
         )
-        if hasattr(report, "wasxfail") and report.skipped:
+        if case.outcome is Outcome.SHOULD_FAILED:  # failed or, not --opconform-strict, counted apart
+            case.message = case.failure.message if case.failure else report.longreprtext[-4000:]
+        elif hasattr(report, "wasxfail") and report.skipped:
             case.outcome = Outcome.EXPECTED_FAILURE
             case.reason = report.wasxfail
             case.message = case.failure.message if case.failure else report.longreprtext[-4000:]
@@ -368,6 +381,7 @@ class ResultsRecorder:
                 "hypothesis": hypothesis_version,
                 "profile": self.run.loaded_profile or settings.get_current_profile_name(),
                 "args": list(self.config.invocation_params.args),
+                "strict": levels.strict(self.config),
                 "absent_devices": dict(self.run.absent),
                 "warnings": self.warnings(expectations) + incomplete_warning(exitstatus),
             },
@@ -375,7 +389,7 @@ class ResultsRecorder:
             devices=self.run.devices,
             duration=round(time.time() - self.started, 3),
             exitstatus=int(exitstatus),
-            clauses={c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()},
+            clauses={c.id: c.record() for c in clauses.values()},
             expectations=expectations,
             results=sorted(self.results, key=lambda c: (c.nodeid, c.when)),
         ))  # fmt: skip

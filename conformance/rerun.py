@@ -29,11 +29,11 @@ def plugin_by_entry_point() -> bool:
 
 
 def rerun_options(
-    *, backends=(), backend_modules, expectations, profile: str | None, seed, timeout=None
+    *, backends=(), backend_modules, expectations, profile: str | None, seed, timeout=None, strict=False
 ) -> list[str]:
     """What a rerun must repeat: the plugin where no entry point loads it, the backends (a case's
     id exists only among the same selection), manifests, Hypothesis profile and seed, and the
-    per-case time limit (a rerun of a case that timed out must not hang)."""
+    per-case time limit (a rerun of a case that timed out must not hang), --opconform-strict."""
     options = [] if plugin_by_entry_point() else ["-p", "conformance.plugin"]
     options += [f"--backend={name}" for name in backends]
     options += [f"--backend-module={spec}" for spec in backend_modules]
@@ -44,6 +44,8 @@ def rerun_options(
         options.append(f"--hypothesis-seed={seed}")
     if timeout:
         options.append(f"--opconform-timeout={timeout:g}")
+    if strict:  # a SHOULD failure fails the rerun as it failed the run
+        options.append("--opconform-strict")
     return options
 
 

@@ -15,12 +15,17 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from conformance.spec_index import LEVELS, MUST, SHOULD, case_level
+
 SCHEMA = "opconform-results"
 # 2: dtype, failure details (largest error, rerun), expectations, clause index, environment.
 # 3: the failure record: failure.message (the verdict), example, largest_violation; a case's
 #    ``message`` is the verdict too, no longer pytest's traceback (a version-2 report's is).
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4: levels (spec/README.md, Levels): a case's ``level`` (MUST or SHOULD), outcome
+#    "failed (SHOULD)", the clauses table's ``level`` and ``kind``, ``strict``. An older report is
+#    read with the levels of this opconform's spec (``upgrade_levels``).
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 class Outcome(str, Enum):
@@ -28,6 +33,7 @@ class Outcome(str, Enum):
 
     PASSED = "passed"
     FAILED = "failed"
+    SHOULD_FAILED = "failed (SHOULD)"  # a failure of a SHOULD clause: apart, not failing the run
     SKIPPED = "skipped"
     EXPECTED_FAILURE = "expected failure"  # a failure an expectations entry declares
     NOT_IMPLEMENTED = "not implemented"  # the backend lacks the op
@@ -65,6 +71,14 @@ class Failure:
     message: str | None = None
     example: dict | None = None
     largest_violation: dict | None = None
+    # The decisive relation, values first (ConformanceError.relation); how the failing comparison
+    # judged: "direct" (the oracle), "metamorphic" (the backend's own other result), "ties", "bad
+    # input" (spec/README.md, Levels). Version 4; None in older reports.
+    relation: str | None = None
+    kind: str | None = None
+    # A backend's own exception: ``at path:line in function`` of its innermost frames in the
+    # user's code (the suite's own frames are never shown).
+    frames: list | None = None
 
 
 @dataclass
@@ -97,6 +111,9 @@ class Case:
     message: str | None = None
     run: str | None = None  # the run a merged case came from
     model: str | None = None  # the model profile the case ran at (spec/models.md, MODEL-REPORT)
+    # MUST or SHOULD: a failure's, its clause's; any other case's, its best clause's (MUST when it
+    # names one). None in a report older than version 4 until upgrade_levels.
+    level: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
 
 
@@ -142,7 +159,7 @@ class Document:
         if not isinstance(data.get("results"), list):
             raise ResultsError(f'{source}: report has no "results" list')
         known = {f.name for f in fields(cls)} | {"schema"}
-        return cls(
+        document = cls(
             results=[case_from_dict(r, f"{source}: results[{i}]") for i, r in enumerate(data["results"])],
             clauses=_typed(data, "clauses", dict, source) or {},
             expectations=_typed(data, "expectations", list, source) or [],
@@ -154,6 +171,9 @@ class Document:
             meta={k: v for k, v in data.items() if k not in known},
             models=_models(data, source),
         )
+        if document.version < 4:
+            upgrade_levels(document)
+        return document
 
 
 def _models(data: dict, source: str) -> dict:
@@ -197,7 +217,7 @@ def case_to_dict(case: Case) -> dict:
         value = getattr(case, key)
         if value is not None:
             data[key] = {f.name: getattr(value, f.name) for f in fields(value)}
-    for key in ("reason", "message", "run", "model"):
+    for key in ("reason", "message", "run", "model", "level"):
         if getattr(case, key) is not None:
             data[key] = getattr(case, key)
     return {**data, **case.extra}
@@ -236,10 +256,57 @@ def case_from_dict(data: Any, source: str) -> Case:
             message=data.get("message"),
             run=data.get("run"),
             model=_model_name(data.get("model"), source),
+            level=_level(data.get("level"), source),
             extra={k: v for k, v in data.items() if k not in names},
         )
     except (TypeError, ValueError) as exc:
         raise ResultsError(f"{source}: {exc}") from None
+
+
+def _level(value: Any, source: str) -> str | None:
+    if value is not None and value not in LEVELS:
+        raise ResultsError(f"{source}: field 'level': expected one of {list(LEVELS)}, got {value!r}")
+    return value
+
+
+def level_of_case(outcome, failed_clause: str | None, clause_ids, clauses: dict) -> str:
+    """A case's level (spec_index.case_level); a timeout or a crash is always MUST: it stalls or
+    ends the run it happens in, whatever the clause (spec/README.md, Levels)."""
+    if Outcome(outcome) in (Outcome.TIMEOUT, Outcome.CRASH):
+        return MUST
+    return case_level(failed_clause, clause_ids, clauses)
+
+
+def assign_levels(cases: list[Case], clauses: dict) -> list[Case]:
+    """Each case's level (``level_of_case``, clauses by ID); a failure of a SHOULD clause becomes
+    "failed (SHOULD)". For documents built outside a pytest run (replay, judge) and old reports."""
+    for case in cases:
+        failed = case.failure.clause if case.failure else None
+        case.level = level_of_case(case.outcome, failed, case.clauses, clauses)
+        if case.outcome is Outcome.FAILED and case.level == SHOULD:
+            case.outcome = Outcome.SHOULD_FAILED
+    return cases
+
+
+def upgrade_levels(document: Document) -> None:
+    """A report older than version 4 knows no levels: give its clauses and cases this opconform's
+    (spec/README.md, Levels), so it merges and diffs with a new one: a failure of a clause that is
+    SHOULD now becomes "failed (SHOULD)". A clause this spec does not know stays MUST."""
+    from conformance.spec_index import load_clauses
+
+    try:
+        known = load_clauses()
+    except (OSError, ValueError):  # no spec where the report is read: every level MUST
+        known = {}
+    for clause_id, info in document.clauses.items():
+        if isinstance(info, dict) and clause_id in known:
+            info.setdefault("level", known[clause_id].level)
+            info.setdefault("kind", known[clause_id].kind)
+    assign_levels(document.results, known)
+    document.version = VERSION
+    document.meta.setdefault("warnings", []).append(
+        "levels: this report was written without levels; its clauses have this opconform's"
+    )
 
 
 def _model_name(value: Any, source: str) -> str | None:

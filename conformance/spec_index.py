@@ -52,7 +52,7 @@ class Clause:
     def record(self) -> dict:
         """The clause as a results document's ``clauses`` table holds it (conformance.results)."""
         return {"title": self.title, "family": self.family, "rule": self.rule, "level": self.level,
-                "kind": self.kind}  # fmt: skip
+                "kind": self.kind, "refines": list(self.refines)}  # fmt: skip
 
 
 def spec_dir() -> Path:
@@ -139,6 +139,16 @@ def level_of(clause_id: str | None, clauses: dict | None = None) -> str:
     """A clause's level; MUST for an ID the spec does not know (a failure is never played down)."""
     clause = (load_clauses() if clauses is None else clauses).get(clause_id or "")
     return clause.level if clause is not None else MUST
+
+
+def case_level(failed_clause: str | None, clause_ids, clauses: dict | None = None) -> str:
+    """A case's level: a failure's is its clause's; otherwise (and for a failure under no known
+    clause) MUST when any clause the case checks is MUST or it names none, else SHOULD."""
+    clauses = load_clauses() if clauses is None else clauses
+    if failed_clause in clauses:
+        return clauses[failed_clause].level
+    levels = {level_of(c, clauses) for c in clause_ids}
+    return SHOULD if levels == {SHOULD} else MUST
 
 
 def family_of(clause_id: str) -> str | None:

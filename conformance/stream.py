@@ -25,8 +25,9 @@ import pytest
 from conformance import activation, errors, failfast, failure_record, ordering
 
 VERDICT = "opconform_verdict"  # user_properties key: the facts of the streamed line
-PREFIX = "opconform: broken"
-EXAMPLE_LIMIT = 400  # characters of the falsifying example kept on the line
+PREFIX = "opconform: FAIL"
+EXAMPLE_LIMIT = 400  # characters of the falsifying example kept (the line is cut at LINE_LIMIT)
+LINE_LIMIT = 200  # a streamed line's length: the decisive values come first
 
 
 def example_line(exc: BaseException | None, parameters=("backend", "device")) -> str | None:
@@ -51,20 +52,17 @@ def example_line(exc: BaseException | None, parameters=("backend", "device")) ->
 
 def verdict_facts(item, call) -> dict:
     """The streamed line's facts of a failed call of ``item``."""
-    from conformance import checks  # torch: imported once a case has failed
-
     exc = call.excinfo.value if call.excinfo else None
-    error = next((e for e in errors.exceptions_under(exc) if isinstance(e, checks.ConformanceError)), None)
+    error = errors.conformance_error(exc)
     marks = ordering.item_clauses(item)
     if error is not None:
-        lines = str(error).splitlines()
-        message = lines[0]
-        got = next((line.strip() for line in lines[1:] if "got " in line and "expected" in line), None)
+        message, relation = str(error).splitlines()[0], error.relation
     else:
         raised = exc
         while getattr(raised, "exceptions", None):
             raised = raised.exceptions[0]
-        message, got = (f"{type(raised).__name__}: {raised}".splitlines() or [""])[0], None
+        message = (f"{type(raised).__name__}: {raised}".splitlines() or [""])[0]
+        relation = f"raised {message}"
     params = getattr(getattr(item, "callspec", None), "params", {})
     op_mark = item.get_closest_marker("op")
     return {
@@ -72,22 +70,40 @@ def verdict_facts(item, call) -> dict:
         "op": op_mark.args[0] if op_mark else params.get("op"),
         "backend": getattr(params.get("backend"), "name", None),
         "device": getattr(params.get("device"), "type", None),
-        "message": message,
-        "got": got,
+        "relation": relation,
+        "context": context_of(message, relation),
         "example": example_line(exc, tuple(params)),
     }
 
 
+# "[CLAUSE] op on backend 'name' @ device" (conformance.checks.describe): the line names them already.
+_PREFIX = re.compile(r"^\[[A-Z0-9-]+\]\s*(?:\S+ on backend '[^']*' @ \S+?)?(?:,\s*|:\s*|\s+|$)")
+# assert_close's count of elements outside tolerance: the relation says more.
+_COUNT = re.compile(
+    r":?\s*\d+ of \d+ elements outside tolerance \(dtype torch\.(\w+), shape (\([^)]*\))[^)]*\)"
+)
+
+
+def context_of(message: str, relation: str | None = None) -> str:
+    """A verdict's first line without what the streamed line says already (clause, op, backend,
+    device, the relation) and with assert_close's element count shortened to dtype and shape."""
+    text = _PREFIX.sub("", message, count=1)
+    if relation:
+        text = text.replace(f": {relation}", "").replace(relation, "")
+    return _COUNT.sub(lambda m: f" ({m.group(1)} {m.group(2)})", text).strip(" :;,")
+
+
 def line(facts: dict) -> str:
-    """``opconform: broken CLAUSE: op, backend@device: message; got ...; smallest example: ...``"""
+    """``opconform: FAIL CLAUSE op backend@device: relation; context; smallest example: ...``, the
+    decisive values first, cut at ``LINE_LIMIT`` characters."""
     where = f"{facts['backend']}@{facts['device']}" if facts.get("device") else f"{facts['backend']}"
     clause, op = facts["clause"] or "(no clause)", facts.get("op") or "-"
-    parts = [f"{PREFIX} {clause}: {op}, {where}: {facts['message']}"]
-    if facts.get("got") and facts["got"] not in facts["message"]:
-        parts.append(facts["got"])
+    head = f"{PREFIX} {clause} {op} {where}: "
+    parts = [p for p in (facts.get("relation"), facts.get("context")) if p]
     if facts.get("example"):
         parts.append(f"smallest example: {facts['example']}")
-    return "; ".join(parts)
+    text = head + "; ".join(parts)
+    return text if len(text) <= LINE_LIMIT else text[: LINE_LIMIT - 3] + "..."
 
 
 class FastVerdict:

@@ -15,14 +15,41 @@ from conformance.strategies.masks import decode_mask_cases, mask_cases
 from reference import masks as oracle
 
 
-def _first_difference(got: torch.Tensor, want: torch.Tensor) -> str:
+def _first_difference(got: torch.Tensor, want: torch.Tensor) -> tuple[tuple, str]:
     where = tuple(int(i) for i in (got.cpu() != want.cpu()).nonzero()[0])
     count = int((got.cpu() != want.cpu()).sum())
-    return f"{count} entries differ; first at {where}: got {bool(got.cpu()[where])}"
+    return where, f"{count} entries differ; first at {where}: got {bool(got.cpu()[where])}"
 
 
-def check_mask(got, want: torch.Tensor, *, device, clause: str, context: str) -> None:
-    """MASK-DTYPE first (bool), then shape, device and every value (``clause``)."""
+def encoder_relation(where: tuple, got: bool, *, sliding_window, padding_mask) -> str:
+    """What the first wrong entry of an encoder mask means, the decisive values first (MASK-ENC):
+    ``row 7 attends key 2 at distance 5 >= sliding_window 5``."""
+    i, j = where[-2], where[-1]
+    if j > i:
+        why = "a later key (causal)"
+    elif sliding_window is not None and i - j >= sliding_window:
+        why = f"at distance {i - j} >= sliding_window {sliding_window}"
+    elif padding_mask is not None and not bool(padding_mask[where[0], j]):
+        why = f"a padded key of sequence {where[0]}"
+    else:
+        window = f" < sliding_window {sliding_window}" if sliding_window is not None else ""
+        why = f"at distance {i - j}{window}, a real key"
+    return f"row {i} {'attends' if got else 'does not attend'} key {j} {why}"
+
+
+def decode_relation(where: tuple, got: bool, *, seq_lens, window) -> str:
+    """The first wrong entry of the Ascend decode mask (True = masked out; MASK-SWA-DECODE)."""
+    b, j = where[0], where[-1]
+    last = int(seq_lens[b]) - 1
+    first = max(0, last + 1 - window)
+    where_key = "one of" if first <= j <= last else "outside"
+    return (f"sequence {b} {'masks' if got else 'keeps'} key {j}, {where_key} keys {first}..{last} "
+            f"visible at position {last} with window {window}")  # fmt: skip
+
+
+def check_mask(got, want: torch.Tensor, *, device, clause: str, context: str, relation=None) -> None:
+    """MASK-DTYPE first (bool), then shape, device and every value (``clause``); ``relation(where,
+    got)`` says what the first wrong entry means."""
     check(
         isinstance(got, torch.Tensor) and got.dtype == torch.bool,
         clause="MASK-DTYPE",
@@ -35,7 +62,10 @@ def check_mask(got, want: torch.Tensor, *, device, clause: str, context: str) ->
         f"expected {tuple(want.shape)} on {device}",
     )
     if not torch.equal(got.cpu(), want.cpu()):
-        check(False, clause=clause, message=f"{context}: {_first_difference(got, want)}")
+        where, difference = _first_difference(got, want)
+        said = relation(where, bool(got.cpu()[where])) if relation else None
+        message = f"{context}: {said}; {difference}" if said else f"{context}: {difference}"
+        check(False, clause=clause, message=message, relation=said)
 
 
 @pytest.mark.clause("MASK-ENC", "MASK-DTYPE")
@@ -55,7 +85,10 @@ def test_encoder_mask_matches_oracle(backend, device, case):
         backend, device, "encoder_attention_mask", seq_len=case.seq_len, sliding_window=case.sliding_window,
         padding=case.padding, batch=case.batch,
     )  # fmt: skip
-    check_mask(got, want, device=device, clause="MASK-ENC", context=context)
+    explain = lambda where, value: encoder_relation(  # noqa: E731 - bound to this case's inputs
+        where, value, sliding_window=case.sliding_window, padding_mask=case.padding_mask()
+    )
+    check_mask(got, want, device=device, clause="MASK-ENC", context=context, relation=explain)
 
 
 INTEGER_PADDING = mask_cases(max_seq_len=64, paddings=("right", "left", "holes"))
@@ -96,7 +129,10 @@ def _check_integer_padding(backend, device, case, *, layout: str, device_given: 
     context = describe(
         backend, device, "encoder_attention_mask", seq_len=case.seq_len, padding="int64 0/1", layout=layout
     )
-    check_mask(got, want, device=device, clause=clause, context=context)
+    explain = lambda where, value: encoder_relation(  # noqa: E731 - bound to this case's inputs
+        where, value, sliding_window=case.sliding_window, padding_mask=padding_mask.cpu()
+    )
+    check_mask(got, want, device=device, clause=clause, context=context, relation=explain)
 
 
 @pytest.mark.clause("MASK-SWA-DECODE", "MASK-DTYPE")
@@ -124,7 +160,8 @@ def _check_decode_mask(backend, device, case, *, strided: bool, clause: str) -> 
         backend, device, "swa_decode_mask", seq_lens=seq_lens.tolist(), kv_len=kv_len, window=window,
         strided=strided,
     )  # fmt: skip
-    check_mask(got, want, device=device, clause=clause, context=context)
+    explain = lambda where, value: decode_relation(where, value, seq_lens=seq_lens, window=window)  # noqa: E731
+    check_mask(got, want, device=device, clause=clause, context=context, relation=explain)
 
 
 CONVERTERS = ["flash_attention_window", "cann_prefill_tokens", "decode_mask_window"]

@@ -46,7 +46,7 @@ def _compare_freq(backend, device, drawn, clause: str) -> None:
         message=f"{context}: inv_freq is {getattr(inv, 'dtype', type(inv).__name__)}, expected float32/64",
     )
     fixed = fixed_length_dynamic_inv_freq(config, layer_type=layer_type)
-    if fixed is not None:  # ROPE-FREQ-DYNAMIC: vLLM's one cache at M * factor is the field's other convention
+    if fixed is not None:  # ROPE-FREQ-DYNAMIC: one cache at M * factor (sglang's), the other convention
         try:
             assert_close(inv.cpu(), fixed, clause=clause, family="rope-freq", context=context)
             want = fixed

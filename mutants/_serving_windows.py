@@ -25,11 +25,13 @@ class QwenWindowSwitchDefaultsOn(NativeBackend):
         return paged.layer_windows(config)
 
 
-class Cohere2WindowPlusOne(NativeBackend):
-    """Cohere2's sliding layers get W + 1 keys: config.sliding_window passed where the kernel takes
-    an exclusive window (left = W), as sglang's commandr.py does.
+class Cohere2WindowPlusTwo(NativeBackend):
+    """Cohere2's sliding layers get W + 2 keys: vLLM's commandr.py window (``config.sliding_window + 1``,
+    inclusive: W + 1 keys, which SERVE-LAYER-WINDOWS accepts) handed to a kernel API whose window is
+    exclusive (left = window, sglang's RadixAttention convention), which adds one more key.
 
-    Origin: spec/serving.md, SERVE-LAYER-WINDOWS (Cohere2's window, Sources).
+    Origin: spec/serving.md, SERVE-LAYER-WINDOWS (Cohere2's window, Sources): the two serving
+    frameworks' conventions combined in one port.
     Caught by: SERVE-LAYER-WINDOWS.
     """
 
@@ -39,4 +41,4 @@ class Cohere2WindowPlusOne(NativeBackend):
         windows = paged.layer_windows(config)
         if getattr(config, "model_type", None) != "cohere2":
             return windows
-        return [None if w is None else w + 1 for w in windows]
+        return [None if w is None else w + 2 for w in windows]

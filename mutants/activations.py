@@ -252,11 +252,14 @@ class AssumesContiguous(NativeBackend):
     Origin: a custom kernel that takes ``data_ptr()`` without calling ``.contiguous()`` (vLLM's and
     FlashInfer's act_and_mul kernels read ``token_idx * 2 * d`` too, behind callers that pass
     contiguous inputs).
-    Caught by: ACT-VIEWS, a SHOULD clause only (no MUST clause draws a view of an activation input).
+    Caught by: ACT-VIEWS (SHOULD: no MUST clause draws a view of an activation input).
     """
 
     name = "assumes-contiguous"
     clauses = {"ACT-VIEWS"}
+    # Reclassified: a robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "vLLM's and FlashInfer's act_and_mul kernels read the input densely; no caller passes a view"
 
     def gelu_and_mul(self, x, *, approximate):
         validate_gated_input(x)
@@ -304,6 +307,9 @@ class OddWidthTruncated(NativeBackend):
 
     name = "odd-width-truncated"
     clauses = {"ACT-ERRORS"}
+    # Reclassified: a robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "the field's SiluAndMul/GeluAndMul also compute d = x.shape[-1] // 2 unchecked"
 
     def gelu_and_mul(self, x, *, approximate):
         if x.dim() == 0 or not x.is_floating_point():

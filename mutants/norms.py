@@ -124,6 +124,9 @@ class WeightLengthUnchecked(NativeBackend):
 
     name = "weight-length-unchecked"
     clauses = {"NORM-ERRORS"}
+    # Reclassified: a robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "the field's RMSNorm layers multiply by their weight without checking its length"
 
     def rms_norm(self, x, weight, *, eps):
         if isinstance(weight, torch.Tensor) and weight.dim() >= 1 and weight.shape[-1] != x.shape[-1]:

@@ -246,6 +246,9 @@ class FloatPositionsAccepted(NativeBackend):
 
     name = "rope-float-positions-accepted"
     clauses = {"ROPE-ERRORS"}
+    # Reclassified: a robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "the field's rotary layers index their cache with whatever positions they are given"
 
     def rotary_embedding(self, positions, query, key, cos_sin_cache, *, is_neox_style):
         if positions.is_floating_point():

@@ -251,13 +251,15 @@ class PrefillDecodeWindowsOneApart(_PagedNative):
 
 class FiaBandForSplitDecodes(AscendBackend):
     """A mixed batch split into a decode call and an extend call, both given the band
-    (sparse_mode 4, pre_tokens = W - 1; the decode call without the compressed mask, which the
-    incremental kernel would read as an explicit one): FIA's incremental kernel ignores the band, so the
-    one-token sequences of a mixed batch lose their window. An all-decode batch still takes the
-    explicit mask, so decode alone is right.
+    (sparse_mode 4, pre_tokens = W - 1), the decode call in BSND (query [B, 1, N, D]) over the paged
+    cache and without the compressed mask (which it would read as an explicit one): at query length 1
+    in BSND with QK_D = V_D FIA ignores sparse_mode and the band, so the one-token sequences of a
+    mixed batch lose their window. An all-decode batch goes through the adapter's TND call, whose band
+    holds, so decode alone is right.
 
-    Origin: Ascend serving backends split decode and prefill requests into separate kernel calls;
-    the query-length-1 rule (spec/ascend.md, CANN-FIA-DECODE) then applies to the decode part.
+    Origin: Ascend serving backends split decode and prefill requests into separate kernel calls and
+    call the decode part in BSND (sglang's ascend backend); the query-length-1 caveat (spec/ascend.md,
+    CANN-FIA-DECODE) then applies to it.
     Caught by: SERVE-RAGGED, SERVE.
     """
 
@@ -288,14 +290,14 @@ class FiaBandForSplitDecodes(AscendBackend):
         meta = validate_paged_args(q, k_cache, v_cache, **kwargs)
         num_blocks, block_size, kv_heads, head_dim = k_cache.shape
         return self.ops.npu_fused_infer_attention_score(
-            q.contiguous(),
+            q.contiguous()[:, None],  # BSND, S = 1
             k_cache.reshape(num_blocks, block_size, kv_heads * head_dim),
             v_cache.reshape(num_blocks, block_size, kv_heads * head_dim),
-            input_layout="TND", num_heads=meta.q_heads, num_key_value_heads=kv_heads, scale=meta.scale,
+            input_layout="BSND", num_heads=meta.q_heads, num_key_value_heads=kv_heads, scale=meta.scale,
             block_table=kwargs["block_table"].to(device=q.device, dtype=torch.int32), block_size=block_size,
-            actual_seq_lengths=list(meta.query_starts[1:]), actual_seq_lengths_kv=list(meta.seq_lens),
-            sparse_mode=4, **self.cann_prefill_tokens(meta.sliding_window),
-        )[0]  # fmt: skip
+            actual_seq_lengths_kv=list(meta.seq_lens), sparse_mode=4,
+            **self.cann_prefill_tokens(meta.sliding_window),
+        )[0][:, 0]  # fmt: skip
 
 
 BACKENDS = [
@@ -320,5 +322,5 @@ BACKENDS = [
 
 BACKENDS += [
     named(windows.QwenWindowSwitchDefaultsOn, "wrong-qwen-window-switch-defaults-on"),
-    named(windows.Cohere2WindowPlusOne, "wrong-cohere2-window-plus-one"),
+    named(windows.Cohere2WindowPlusTwo, "wrong-cohere2-window-plus-two"),
 ]

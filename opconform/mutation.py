@@ -4,8 +4,12 @@ Each module of the ``mutants`` package is one batch: its ``BACKENDS`` are loaded
 ``--backend-module`` (exactly as a user's backend is) into one pytest process that runs the
 family's properties (``PROPERTIES``, module names under ``conformance``) in the ``ci-noshrink``
 profile: the ``ci`` profile's examples and verdicts, without shrinking. Batches run in parallel.
-A mutant is *killed* when at least one case fails; the kill is *right* when one of the clauses
-its failures broke (``failure.clause`` in the results) is one of the mutant's ``clauses``. The
+A mutant is *killed* when at least one case fails a MUST clause; the kill is *right* when one of
+the clauses its failures broke (``failure.clause`` in the results) is one of the mutant's
+``clauses``. A mutant that only SHOULD clauses catch is a *hazard* (a wrong kernel a run would pass:
+spec/README.md, Levels) unless it declares ``level = "SHOULD"`` with its reason in ``why``: a
+robustness mistake (accepting bad input) that only a SHOULD clause can see, killed when one of its
+``clauses`` fails at either level. The
 time to kill is the sum of the mutant's own case durations, in execution order, up to and
 including its first failure: what a run of that mutant alone with ``-x`` would take, startup excluded.
 """
@@ -58,6 +62,17 @@ class Verdict:
     right_clause: bool = False
     seconds_to_kill: float | None = None
     cases: int = 0
+    level: str = "MUST"  # the mutant's own: SHOULD for a robustness mistake only SHOULD clauses see
+    should_clauses: list[str] = field(default_factory=list)  # SHOULD clauses its failures broke
+
+    @property
+    def state(self) -> str:
+        """killed, killed (SHOULD), killed, wrong clause, HAZARD (only SHOULD clauses catch it), SURVIVED."""
+        if self.killed and self.right_clause:
+            return "killed (SHOULD)" if self.level == "SHOULD" and not self.killing_clauses else "killed"
+        if self.killed:
+            return "killed, wrong clause"
+        return "HAZARD: only SHOULD clauses catch it" if self.should_clauses else "SURVIVED"
 
 
 def families(package: str = "mutants") -> list[str]:
@@ -103,18 +118,28 @@ def verdicts(module_name: str, document: results.Document) -> list[Verdict]:
             family=family,
             doc=((mutant.__doc__ or "").strip().splitlines() or [""])[0],
             expected=sorted(mutant.clauses),
+            level=getattr(mutant, "level", "MUST"),
         )
         elapsed = 0.0
         for case in (c for c in cases if c.backend == mutant.name):
             verdict.cases += 1
             elapsed += case.duration
-            if case.outcome != Outcome.FAILED:
+            if case.outcome not in (Outcome.FAILED, Outcome.SHOULD_FAILED):
                 continue
             named = [case.failure.clause] if case.failure and case.failure.clause else []
-            if not verdict.killed:
+            counts = case.outcome == Outcome.FAILED or (
+                verdict.level == "SHOULD" and set(named) & set(verdict.expected)
+            )
+            if case.outcome == Outcome.SHOULD_FAILED:
+                verdict.should_clauses = sorted(set(verdict.should_clauses) | set(named))
+            else:
+                verdict.killing_clauses = sorted(set(verdict.killing_clauses) | set(named))
+            if counts and not verdict.killed:
                 verdict.killed, verdict.seconds_to_kill = True, round(elapsed, 3)
-            verdict.killing_clauses = sorted(set(verdict.killing_clauses) | set(named))
-        verdict.right_clause = bool(set(verdict.killing_clauses) & set(verdict.expected))
+        found = set(verdict.killing_clauses) | (
+            set(verdict.should_clauses) if verdict.level == "SHOULD" else set()
+        )
+        verdict.right_clause = bool(found & set(verdict.expected))
         out.append(verdict)
     return out
 
@@ -149,6 +174,8 @@ def summary(all_verdicts: list[Verdict]) -> dict:
         "mutants": len(all_verdicts),
         "killed": sum(v.killed for v in all_verdicts),
         "killed_by_right_clause": right,
+        "hazards": [v.mutant for v in all_verdicts if v.state.startswith("HAZARD")],
+        "should_level": [v.mutant for v in all_verdicts if v.level == "SHOULD"],
         "score": round(right / len(all_verdicts), 4) if all_verdicts else None,
         "median_seconds_to_kill": round(statistics.median(times), 3) if times else None,
         "worst_seconds_to_kill": round(max(times), 3) if times else None,
@@ -157,22 +184,22 @@ def summary(all_verdicts: list[Verdict]) -> dict:
 
 def markdown(all_verdicts: list[Verdict], totals: dict) -> str:
     lines = [
-        "| mutant | family | verdict | killed by | expected | time to kill (s) |",
-        "|---|---|---|---|---|---|",
+        "| mutant | family | level | verdict | killed by (MUST) | also SHOULD | expected | time to kill (s) "
+        "|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for v in all_verdicts:
-        state = (
-            "killed" if v.killed and v.right_clause else ("killed, wrong clause" if v.killed else "SURVIVED")
-        )
         ttk = f"{v.seconds_to_kill:.2f}" if v.seconds_to_kill is not None else "-"
         lines.append(
-            f"| {v.mutant} | {v.family} | {state} | {', '.join(v.killing_clauses) or '-'} | "
-            f"{', '.join(v.expected)} | {ttk} |"
+            f"| {v.mutant} | {v.family} | {v.level} | {v.state} | {', '.join(v.killing_clauses) or '-'} | "
+            f"{', '.join(v.should_clauses) or '-'} | {', '.join(v.expected)} | {ttk} |"
         )
     lines.append("")
     lines.append(
         f"Mutation score {totals['killed_by_right_clause']}/{totals['mutants']} "
-        f"(killed by one of the expected clauses); median time to kill "
+        f"(killed by one of the expected clauses: a MUST clause, or for the {len(totals['should_level'])} "
+        f"mutants declared SHOULD (robustness mistakes) a SHOULD one); hazards (only SHOULD clauses "
+        f"catch them): {len(totals['hazards'])}; median time to kill "
         f"{totals['median_seconds_to_kill']} s, worst {totals['worst_seconds_to_kill']} s."
     )
     return "\n".join(lines) + "\n"

@@ -10,7 +10,8 @@ import html
 
 from opconform import report as rep
 
-# Verdicts, worst first; "not implemented" and "no case" say why there is no verdict.
+# Verdicts at the MUST level, worst first (SHOULD failures are counted beside the verdict: spec/README.md,
+# Levels); "not implemented" and "no case" say why there is no verdict.
 NOT_IMPLEMENTED, NO_CASE = "n/i", "no case"
 ORDER = (rep.CRASH, rep.TIMEOUT, rep.FAIL, rep.EXPECTED, rep.XPASS, rep.PASS, rep.SKIP)
 
@@ -42,13 +43,15 @@ def rows(document: dict, model: str, column: str) -> list[dict]:
     out = []
     for op in dict.fromkeys(u["op"] for u in entry.get("ops", [])):
         uses = [u for u in entry["ops"] if u["op"] == op]
-        states = {rep.case_state(r) for r in cases if r.get("op") == op}
-        if not states:
+        found = [rep.case_state(r) for r in cases if r.get("op") == op]
+        states, should = set(found) - {rep.SHOULD_FAIL}, found.count(rep.SHOULD_FAIL)
+        if not found:
             implemented, verdict = NO_CASE, NO_CASE
-        elif states == {rep.NOT_IMPLEMENTED}:
+        elif set(found) == {rep.NOT_IMPLEMENTED}:
             implemented, verdict = NOT_IMPLEMENTED, NOT_IMPLEMENTED
-        else:
-            implemented, verdict = "yes", next(s for s in ORDER if s in states)
+        else:  # the MUST verdict; SHOULD failures counted beside it, never as it
+            implemented, verdict = "yes", next((s for s in ORDER if s in states), rep.PASS)
+            verdict += f" ({should} SHOULD failed)" if should else ""
         layers = sorted({layer for u in uses for layer in u.get("layers") or []})
         kinds = "; ".join(f"{u['kind']}: {_params(u.get('params') or {})}".rstrip(": ") for u in uses)
         out.append({"op": op, "implemented": implemented, "verdict": verdict, "kinds": kinds,
@@ -78,7 +81,7 @@ def text_lines(document: dict) -> list[str]:
         lines += ["", f"readiness of {column} for model {model} ({title}):"]
         width = max([len(r["op"]) for r in table] + [2])
         for r in table:
-            lines.append(f"  {r['op'].ljust(width)}  {r['implemented']:<8} {r['verdict']:<16} "
+            lines.append(f"  {r['op'].ljust(width)}  {r['implemented']:<8} {r['verdict']:<24} "
                          f"layers {r['layers']:<14} {r['kinds']}")  # fmt: skip
     return lines
 

@@ -13,6 +13,7 @@ SHORT = {
     rep.CRASH: "CRASH",
     rep.TIMEOUT: "TIMEOUT",
     rep.FAIL: "FAIL",
+    rep.SHOULD_FAIL: "should-fail",
     rep.EXPECTED: "xfail",
     rep.XPASS: "XPASS",
     rep.PASS: "pass",
@@ -20,8 +21,9 @@ SHORT = {
     rep.NOT_IMPLEMENTED: "n/i",
 }
 LEGEND = (
-    "pass: conforms; FAIL: breaks the clause; TIMEOUT: ran past the per-case time limit; CRASH: "
-    "the process running it died; xfail: fails as a manifest declares; "
+    "pass: conforms; FAIL: breaks a MUST clause; should-fail: breaks a SHOULD clause (robustness the "
+    "field does not promise: counted apart, failing the run only with --strict); TIMEOUT: ran past the "
+    "per-case time limit; CRASH: the process running it died; xfail: fails as a manifest declares; "
     "XPASS: passes although a manifest declares a failure (remove the entry); skip: skipped "
     "(reason in the report); n/i: the backend does not implement the op; -: not run"
 )
@@ -54,36 +56,42 @@ def _cell_text(cell: rep.Cell | None) -> str:
     counts = cell.counts
     state = cell.state
     return SHORT[state] + (
-        f" {counts[state]}/{sum(counts.values())}" if state in (*rep.BROKEN, rep.EXPECTED) else ""
+        f" {counts[state]}/{sum(counts.values())}" if state in (*rep.ANY_BROKEN, rep.EXPECTED) else ""
     )
 
 
 def _summary_line(column: str, counts) -> str:
+    """``mine@cpu: 2 FAIL (MUST), 9 should-fail (SHOULD); 48 pass, 9 skip``: the verdicts first."""
+    must = sum(counts[s] for s in rep.BROKEN)
+    should = sum(counts[s] for s in rep.SHOULD_BROKEN)
+    verdict = "conforms" if not must else f"{must} MUST broken"
+    verdict += f", {should} SHOULD failed" if should else ""
     parts = [f"{counts[s]} {s}" for s in rep.STATES if counts[s]]
-    return f"{column}: " + ", ".join(parts)
+    return f"{column}: {verdict} ({', '.join(parts)})"
 
 
 def text(document: dict) -> str:
     """Per-backend summary, the matrix, failures with their rerun commands, expectation notes."""
     matrix = rep.build_matrix(document)
-    lines = ["opconform summary (cases per backend@device):"]
+    lines = ["opconform summary (cases per backend@device; MUST failures fail the run, SHOULD ones only "
+             "with --strict):"]  # fmt: skip
     for column, counts in rep.backend_summary(document).items():
         lines.append("  " + _summary_line(column, counts))
     lines += readiness.text_lines(document)  # a model profile run's (MODEL-READINESS)
     rows, omitted = matrix_rows(matrix, checked_only=True)
     width = max([len(r) for r in rows] + [6])
-    widths = [max(len(c), 9) for c in matrix.columns]
+    widths = [max(len(c), 11) for c in matrix.columns]
     lines += [
         "",
         "clause".ljust(width)
-        + "  "
+        + "  level   "
         + "  ".join(c.ljust(w) for c, w in zip(matrix.columns, widths, strict=True)),
     ]
     for row in rows:
         cells = [
             _cell_text(matrix.cell(row, c)).ljust(w) for c, w in zip(matrix.columns, widths, strict=True)
         ]
-        lines.append(row.ljust(width) + "  " + "  ".join(cells).rstrip())
+        lines.append(row.ljust(width) + f"  {matrix.levels.get(row, '-'):<6}  " + "  ".join(cells).rstrip())
     lines += omitted_line(omitted)
     lines.append(f"({LEGEND})")
     lines += _notes(document, matrix, bullet="  ")
@@ -126,13 +134,14 @@ def markdown(document: dict) -> str:
             f"- {run.get('name', 'run')}: host `{run.get('host')}`, devices {run.get('devices')}, "
             f"torch {run.get('torch')}, profile {run.get('profile')}, created {run.get('created')}"
         )
-    lines += ["", "## Summary", "", "| backend@device | " + " | ".join(rep.STATES) + " |"]
-    lines.append("|---" * (len(rep.STATES) + 1) + "|")
+    lines += ["", "## Summary", "", "| backend@device | verdict | " + " | ".join(rep.STATES) + " |"]
+    lines.append("|---" * (len(rep.STATES) + 2) + "|")
     for column, counts in rep.backend_summary(document).items():
-        lines.append(f"| {column} | " + " | ".join(str(counts[s]) for s in rep.STATES) + " |")
+        verdict = _summary_line(column, counts).partition(": ")[2].partition(" (")[0]
+        lines.append(f"| {column} | {verdict} | " + " | ".join(str(counts[s]) for s in rep.STATES) + " |")
     lines += readiness.markdown_lines(document)
-    lines += ["", "## Matrix", "", "| family | clause | " + " | ".join(matrix.columns) + " |"]
-    lines.append("|---" * (len(matrix.columns) + 2) + "|")
+    lines += ["", "## Matrix", "", "| family | clause | level | " + " | ".join(matrix.columns) + " |"]
+    lines.append("|---" * (len(matrix.columns) + 3) + "|")
     rows, omitted = matrix_rows(matrix, checked_only=False)
     for row in rows:
         cells = []
@@ -144,7 +153,8 @@ def markdown(document: dict) -> str:
             elif cell is None and row in matrix.rules:
                 label = "rule"
             cells.append(label)
-        lines.append(f"| {matrix.families.get(row, '-')} | {row} | " + " | ".join(cells) + " |")
+        level = matrix.levels.get(row, "-")
+        lines.append(f"| {matrix.families.get(row, '-')} | {row} | {level} | " + " | ".join(cells) + " |")
     lines += ["", *omitted_line(omitted), f"_{LEGEND}; {RULE_LEGEND}_"]
     lines += _notes(document, matrix, bullet="- ", code=lambda s: f"`{s}`", fence=True)
     return "\n".join(lines) + "\n"
@@ -155,6 +165,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:3px 6px;text-align:left}
 th{background:#f4f4f4;position:sticky;top:0}td.st{text-align:center;white-space:nowrap}
 .pass{background:#d9f2d9}.fail{background:#f8c9c9;font-weight:bold}.xfail{background:#fde9b8}
+.shouldfail{background:#fbe3cf}
 .xpass{background:#d5e3fb}.skip{background:#eee;color:#666}.ni{background:#fafafa;color:#999}
 .none{color:#bbb}.hidden{display:none}#filters label{margin-right:1em}
 details{margin:.4em 0}pre{background:#f7f7f7;padding:.5em;overflow:auto;max-height:20em}
@@ -164,6 +175,7 @@ _CLASS = {
     rep.CRASH: "fail",
     rep.TIMEOUT: "fail",
     rep.FAIL: "fail",
+    rep.SHOULD_FAIL: "shouldfail",
     rep.EXPECTED: "xfail",
     rep.XPASS: "xpass",
     rep.PASS: "pass",
@@ -229,17 +241,18 @@ def html_page(document: dict) -> str:
     if warnings:
         parts.append("<h2>Warnings</h2><ul id='warnings'>")
         parts += [f"<li>{esc(warning)}</li>" for warning in warnings] + ["</ul>"]
-    parts.append("<h2>Summary</h2><table id='summary'><tr><th>backend@device</th>")
+    parts.append("<h2>Summary</h2><table id='summary'><tr><th>backend@device</th><th>verdict</th>")
     parts += [f"<th>{esc(s)}</th>" for s in rep.STATES] + ["</tr>"]
     for column, counts in rep.backend_summary(document).items():
-        parts.append(f"<tr><td>{esc(column)}</td>" + "".join(f"<td>{counts[s]}</td>" for s in rep.STATES))
-        parts.append("</tr>")
+        verdict = _summary_line(column, counts).partition(": ")[2].partition(" (")[0]
+        parts.append(f"<tr><td>{esc(column)}</td><td>{esc(verdict)}</td>")
+        parts.append("".join(f"<td>{counts[s]}</td>" for s in rep.STATES) + "</tr>")
     parts += ["</table>", *readiness.html_parts(document), "<h2>Matrix</h2><div id='filters'>"]
     parts += [
         _options("f-family", "family", families),
         _options("f-backend", "backend", backends),
         _options("f-device", "device", devices),
-        "</div><table id='matrix'><thead><tr><th>family</th><th>clause</th>",
+        "</div><table id='matrix'><thead><tr><th>family</th><th>clause</th><th>level</th>",
     ]
     for column in matrix.columns:
         backend, device = column.split(" [")[0].split("@")
@@ -253,6 +266,7 @@ def html_page(document: dict) -> str:
         parts.append(
             f"<tr data-family='{esc(family)}'><td>{esc(family)}</td>"
             f"<td title='{esc(matrix.titles.get(row, ''))}'>{esc(row)}</td>"
+            f"<td>{esc(matrix.levels.get(row, '-'))}</td>"
         )
         for column in matrix.columns:
             backend, device = column.split(" [")[0].split("@")

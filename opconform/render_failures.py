@@ -1,4 +1,5 @@
-"""The failures' part of every rendering: root causes first, then each failure's record.
+"""The failures' part of every rendering: each failure once, the MUST ones by root cause (the
+real bug first), then the SHOULD ones apart.
 
 Terminal text and Markdown get ``notes`` (lines), the HTML page ``html_parts``; each failure is
 shown as ``conformance.failure_record.lines`` (verdict, example, violation, rerun), the same in
@@ -50,60 +51,78 @@ def failure_lines(result: dict) -> list[str]:
     return failure_record.lines(result.get("failure") or {}, message=result.get("message"))
 
 
+def _entry(result: dict, *, bullet: str, sub: str, code, fence: bool) -> list[str]:
+    """One failure, once: its verdict line, the example and the violation's details (Markdown: in a
+    ``text`` block), the case's id and facts, the rerun."""
+    failure = result.get("failure") or {}
+    verdict, *rest = failure_lines(result) or [result["nodeid"]]
+    rest = [line.strip() for line in rest if not line.lstrip().startswith("rerun:")]
+    lines = [f"{bullet}{code(verdict)}"]
+    if fence and rest:
+        lines += ["    ```text", *[f"    {line}" for line in rest], "    ```"]
+    else:
+        lines += [f"{sub}{line}" for line in rest]
+    lines.append(f"{sub}case: {result['nodeid']} ({', '.join(failure_facts(result))})")
+    if failure.get("rerun"):
+        lines.append(f"{sub}rerun: {code(failure['rerun'])}")
+    return lines
+
+
 def notes(document: dict, *, bullet: str, code, fence: bool) -> list[str]:
-    """Root causes first, then every failure: its verdict line, the example and the violation's
-    details (Markdown: in a ``text`` block), the case's id and facts, the rerun. ``bullet`` starts
-    an entry (``"  "``, ``"- "``), ``code`` marks code up, ``fence`` is Markdown."""
+    """Every failure once, the real bug first: the MUST failures grouped per backend@device and op
+    (``report.causes``), each group's root cause leading; then, apart, the SHOULD failures, one
+    verdict line and rerun each. ``bullet`` starts an entry (``"  "``, ``"- "``), ``code`` marks code
+    up, ``fence`` is Markdown."""
+    # A group's line, its failures under it, their details under them (Markdown: nested lists).
+    entry, sub = ("  - ", "    - ") if fence else (bullet + "  ", bullet + "      ")
+    lines = []
     causes = rep.causes(document)
-    if not causes:
-        return []
-    sub = "  - " if fence else bullet + "    "  # a nested line of an entry
-    count = sum(len(c.failures) for c in causes)
-    lines = ["", f"Root causes first ({count} failures; per backend@device and op, the smallest example):"]
-    for cause in causes:
-        verdict, *rest = failure_lines(cause.smallest) or ["-"]
-        lines += [f"{bullet}{cause_title(cause)}", f"{sub}smallest: {code(verdict)}"]
-        if rest and rest[0].lstrip().startswith("example:"):
-            lines.append(f"{sub}{code(rest[0].strip())}")
-    lines += ["", f"Failures ({count}; by root cause, conformance before bad input):"]
-    for cause in causes:
-        for result in cause.failures:
-            failure = result.get("failure") or {}
-            verdict, *rest = failure_lines(result) or [result["nodeid"]]
-            rest = [line.strip() for line in rest if not line.lstrip().startswith("rerun:")]
-            lines.append(f"{bullet}{code(verdict)}")
-            if fence and rest:
-                lines += ["  ```text", *[f"  {line}" for line in rest], "  ```"]
-            else:
-                lines += [f"{sub}{line}" for line in rest]
-            lines.append(f"{sub}case: {result['nodeid']} ({', '.join(failure_facts(result))})")
-            if failure.get("rerun"):
-                lines.append(f"{sub}rerun: {code(failure['rerun'])}")
+    if causes:
+        count = sum(len(c.failures) for c in causes)
+        lines += ["", f"MUST failures ({count}), by root cause: per backend@device and op, the real bug "
+                  "first (a direct clause that pins a mechanism, then the smallest example):"]  # fmt: skip
+        for cause in causes:
+            lines.append(f"{bullet}{cause_title(cause)}")
+            for result in cause.failures:
+                lines += _entry(result, bullet=entry, sub=sub, code=code, fence=fence)
+    should = rep.causes(document, level=rep.SHOULD)
+    if should:
+        count = sum(len(c.failures) for c in should)
+        lines += ["", f"SHOULD failures ({count}): robustness the field does not promise (bad input, forms "
+                  "no framework passes); they fail the run only with --strict:"]  # fmt: skip
+        for cause in should:
+            lines.append(f"{bullet}{cause_title(cause)}")
+            for result in cause.failures:
+                verdict, *_ = failure_lines(result) or [result["nodeid"]]
+                rerun = (result.get("failure") or {}).get("rerun")
+                lines.append(f"{entry}{code(verdict)}")
+                lines += [f"{sub}rerun: {code(rerun)}"] if rerun else []
     return lines
 
 
 def html_parts(document: dict) -> list[str]:
-    """Root causes, then each failure: its verdict line is what shows (the summary), the example,
-    the violation's details and the rerun below it; no traceback."""
-    esc, causes = html.escape, rep.causes(document)
-    count = sum(len(c.failures) for c in causes)
+    """The MUST failures by root cause, then the SHOULD failures: each failure's verdict line is
+    what shows (the summary), the example, the violation's details and the rerun below it."""
+    esc = html.escape
     parts = []
-    if causes:
-        parts.append("<h2>Root causes first</h2><ul id='causes'>")
+    for level, title, element in (
+        (rep.MUST, "MUST failures, by root cause", "causes"),
+        (rep.SHOULD, "SHOULD failures (robustness the field does not promise; fail the run only with "
+         "--strict)", "should-failures"),
+    ):  # fmt: skip
+        causes = rep.causes(document, level=level)
+        count = sum(len(c.failures) for c in causes)
+        if level == rep.SHOULD and not causes:
+            continue
+        parts.append(f"<h2>{esc(title)} ({count})</h2><div id='{element}'>")
         for cause in causes:
-            verdict = failure_lines(cause.smallest)
-            first = esc(verdict[0] if verdict else "-")
-            parts.append(f"<li>{esc(cause_title(cause))}<br>smallest: <code>{first}</code>")
-            if len(verdict) > 1 and verdict[1].lstrip().startswith("example:"):
-                parts.append(f"<br><code>{esc(verdict[1].strip())}</code>")
-            parts.append("</li>")
-        parts.append("</ul>")
-    parts.append(f"<h2>Failures ({count})</h2>")
-    for result in (r for c in causes for r in c.failures):
-        verdict, *rest = failure_lines(result) or [result["nodeid"]]
-        parts.append(
-            f"<details class='failure'><summary>{esc(verdict)}</summary>"
-            f"<p>{esc(result['nodeid'])}: {esc('; '.join(failure_facts(result, rel=True)))}</p>"
-            f"<pre>{esc(chr(10).join(line.strip() for line in rest))}</pre></details>"
-        )
+            parts.append(f"<h3>{esc(cause_title(cause))}</h3>")
+            for result in cause.failures:
+                verdict, *rest = failure_lines(result) or [result["nodeid"]]
+                parts.append(
+                    f"<details class='failure'><summary>{esc(verdict)}</summary>"
+                    f"<p>{esc(result['nodeid'])}: {esc('; '.join(failure_facts(result, rel=True)))}</p>"
+                    f"<pre>{esc(chr(10).join(line.strip() for line in rest))}</pre></details>"
+                )
+        parts.append("</div>")
     return parts

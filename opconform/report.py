@@ -12,22 +12,26 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance import failure_record, results
+from conformance import failure_record, ordering, results
 from conformance.results import SCHEMA, Outcome
+from conformance.spec_index import DIRECT, MUST, SHOULD, load_clauses
 
 # Cell and case states, most severe first: a cell shows the most severe state of its cases.
-CRASH, TIMEOUT, FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
+CRASH, TIMEOUT, FAIL, SHOULD_FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
     Outcome.CRASH.value,
     Outcome.TIMEOUT.value,
     "fail",
+    "SHOULD fail",  # a SHOULD clause's failure (spec/README.md, Levels): apart from the MUST ones
     Outcome.EXPECTED_FAILURE.value,
     "unexpected pass",
     "pass",
     "skip",
     Outcome.NOT_IMPLEMENTED.value,
 )
-STATES = (CRASH, TIMEOUT, FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED)
-BROKEN = (CRASH, TIMEOUT, FAIL)  # the states that are not conforming: failures, regressions in diff
+STATES = (CRASH, TIMEOUT, FAIL, SHOULD_FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED)
+BROKEN = (CRASH, TIMEOUT, FAIL)  # a MUST level's non-conforming states: failures, regressions in diff
+SHOULD_BROKEN = (SHOULD_FAIL,)  # failing only under --strict
+ANY_BROKEN = (*BROKEN, *SHOULD_BROKEN)
 NO_CLAUSE = "(no clause)"
 RUN_FIELDS = ("host", "created", "torch", "profile", "devices", "backends")
 
@@ -46,6 +50,8 @@ def case_state(result: dict) -> str:
         return XPASS if verdict == "unexpected pass" else PASS
     if outcome == Outcome.FAILED:
         return FAIL
+    if outcome == Outcome.SHOULD_FAILED:
+        return SHOULD_FAIL
     if outcome == Outcome.EXPECTED_FAILURE:
         return EXPECTED
     if outcome == Outcome.NOT_IMPLEMENTED:
@@ -91,6 +97,7 @@ class Matrix:
     families: dict[str, str]  # clause -> family
     titles: dict[str, str]
     rules: dict[str, str]  # rule clauses -> how they are applied
+    levels: dict[str, str] = field(default_factory=dict)  # clause -> MUST or SHOULD
 
     def cell(self, row: str, column: str) -> Cell | None:
         return self.cells.get((row, column))
@@ -118,6 +125,7 @@ def build_matrix(document: dict) -> Matrix:
         families={c: (info.get("family") or "-") for c, info in clauses.items()},
         titles={c: info.get("title", "") for c, info in clauses.items()},
         rules={c: info["rule"] for c, info in clauses.items() if info.get("rule")},
+        levels={c: info.get("level") or MUST for c, info in clauses.items()},
     )
 
 
@@ -150,15 +158,25 @@ def coverage(document: dict, matrix: Matrix | None = None) -> dict:
     }
 
 
-def failures(document: dict) -> list[dict]:
-    return [r for r in document["results"] if case_state(r) in BROKEN]
+def failures(document: dict, *, level: str = MUST) -> list[dict]:
+    """The failures of one level: MUST (crashes, timeouts, failures) or SHOULD."""
+    states = BROKEN if level == MUST else SHOULD_BROKEN
+    return [r for r in document["results"] if case_state(r) in states]
 
 
-def bad_input(result: dict) -> bool:
-    """A failure of a bad-input clause (``*-ERRORS``, a ``rejected`` property): an echo that a
-    backend accepts what it should refuse, listed after the numeric failures."""
-    clause = (result.get("failure") or {}).get("clause") or ""
-    return clause.endswith("-ERRORS") or "rejected" in result["nodeid"].partition("::")[2]
+def failure_rank(result: dict, clauses: dict) -> int:
+    """Where a failure stands in the real-bug-first order (conformance/ordering.py's ranks, from
+    its clause's level, kind and *Refines:* in the document's clause table): a MUST failure of a
+    direct clause that pins a mechanism first, then the other direct ones, then metamorphic, tie
+    and bad-input ones, SHOULD last. A failure whose comparison was metamorphic ranks so."""
+    failure = result.get("failure") or {}
+    info = clauses.get(failure.get("clause") or "") or _spec_record(failure.get("clause"))
+    if case_state(result) in SHOULD_BROKEN or info.get("level") == SHOULD:
+        return ordering.SHOULD_ONLY
+    kind = failure.get("kind") or info.get("kind") or DIRECT
+    if kind != DIRECT:
+        return ordering.INDIRECT
+    return ordering.PINNING if info.get("refines") else ordering.ORDINARY
 
 
 def example_size(result: dict) -> tuple:
@@ -186,34 +204,48 @@ class Cause:
         return list(dict.fromkeys(c for c in found if c))
 
 
-def causes(document: dict) -> list[Cause]:
-    """Root cause first: each backend@device's failures grouped per op, each group opening with
-    its smallest falsifying example (``example_size``) and naming its failing clauses; groups with a
-    conformance failure before bad-input-only groups, then by their smallest example. Columns in
-    the matrix's order."""
+def _spec_record(clause: str | None) -> dict:
+    """A clause's record (level, kind, refines) from this opconform's spec, for a report whose clause
+    table lacks it (an older report, a hand-made one); {} for an unknown clause or no spec."""
+    try:
+        known = load_clauses().get(clause or "")
+    except (OSError, ValueError):
+        return {}
+    return known.record() if known is not None else {}
+
+
+def causes(document: dict, *, level: str = MUST) -> list[Cause]:
+    """Root cause first (the real bug first): each backend@device's failures of ``level`` grouped
+    per op, each group opening with its best-ranked failure (``failure_rank``: a direct MUST clause
+    that pins a mechanism, over the broad ones, over metamorphic, tie and bad-input ones), the
+    smallest falsifying example (``example_size``) among those, and naming its failing clauses;
+    groups ordered by their lead's rank, then its example's size. Columns in the matrix's order."""
     order = {c: i for i, c in enumerate(build_matrix(document).columns)}
+    clauses = document.get("clauses") or {}
     groups: dict[tuple[str, str | None], list[dict]] = defaultdict(list)
-    for result in failures(document):
+    for result in failures(document, level=level):
         groups[column_of(result), result.get("op")].append(result)
     found = []
     for (column, op), members in groups.items():
-        members.sort(key=lambda r: (bad_input(r), example_size(r), r["nodeid"]))
+        members.sort(key=lambda r: (failure_rank(r, clauses), example_size(r), r["nodeid"]))
         found.append(Cause(column, op, members))
     return sorted(
         found,
         key=lambda c: (
             order.get(c.column, len(order)),
-            bad_input(c.smallest),
+            failure_rank(c.smallest, clauses),
             example_size(c.smallest),
             str(c.op),
         ),
     )
 
 
-def conforms(document: dict) -> bool:
-    """No unexpected failure (declared deviations, skips and unexpected passes are fine) and a
-    pytest run that completed (exit 0, or 1 for failures that the results then list)."""
-    return not failures(document) and document.get("exitstatus", 0) in (0, 1) and bool(document["results"])
+def conforms(document: dict, *, strict: bool = False) -> bool:
+    """No unexpected MUST failure (declared deviations, skips, unexpected passes and SHOULD
+    failures are fine; with ``strict`` a SHOULD failure is not) and a pytest run that completed
+    (exit 0, or 1 for failures that the results then list)."""
+    broken = failures(document) or (strict and failures(document, level=SHOULD))
+    return not broken and document.get("exitstatus", 0) in (0, 1) and bool(document["results"])
 
 
 def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
@@ -288,7 +320,8 @@ def diff(old: dict, new: dict) -> dict:
     """Case by case: new failures (regressions), fixes, changed skips, and added/removed cases."""
     before = {_case_key(r): r for r in old["results"]}
     after = {_case_key(r): r for r in new["results"]}
-    changes: dict[str, list[dict]] = {k: [] for k in ("new failures", "fixes", "changed", "added", "removed")}
+    keys = ("new failures", "new SHOULD failures", "fixes", "changed", "added", "removed")
+    changes: dict[str, list[dict]] = {k: [] for k in keys}
     for key in sorted(before.keys() | after.keys()):
         was, now = before.get(key), after.get(key)
         item = {
@@ -301,7 +334,10 @@ def diff(old: dict, new: dict) -> dict:
         if now and item["new"] in BROKEN and item["old"] != item["new"]:  # fail -> timeout is worse too
             item["rerun"] = (now.get("failure") or {}).get("rerun")
             changes["new failures"].append(item)
-        elif was and item["old"] in BROKEN and now and item["new"] not in BROKEN:
+        elif now and item["new"] in SHOULD_BROKEN and item["old"] not in ANY_BROKEN:
+            item["rerun"] = (now.get("failure") or {}).get("rerun")
+            changes["new SHOULD failures"].append(item)
+        elif was and item["old"] in ANY_BROKEN and now and item["new"] not in ANY_BROKEN:
             changes["fixes"].append(item)
         elif was is None:
             changes["added"].append(item)

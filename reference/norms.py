@@ -4,7 +4,8 @@ All oracles compute in float64 from the given input values and return float64 on
 device (the fused ops return a pair), whatever the inputs' dtypes and strides (NORM-MIXED,
 NORM-LAYOUT). They are written from the formulas in the spec; the self-tests compare them with
 explicit per-row sums and with transformers' modules as peers. ``normed_dtypes`` and
-``residual_dtypes`` give the dtypes an output may have (NORM-MIXED).
+``residual_dtypes`` give the dtypes an output may have, ``normed_rounding_dtype`` the dtype whose
+rounding a normalized output may carry (NORM-MIXED).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = [
     "gemma_fused_add_rms_norm",
     "gemma_rms_norm",
     "normed_dtypes",
+    "normed_rounding_dtype",
     "residual_dtypes",
     "rms_norm",
     "validate_norm_args",
@@ -116,3 +118,16 @@ def normed_dtypes(op: str, x, weight, residual=None) -> tuple[torch.dtype, ...]:
         inputs = (_dtype(x, "x"),)
     promoted = () if "gemma" in op else tuple(torch.promote_types(d, w_dtype) for d in inputs)
     return tuple(dict.fromkeys((*inputs, *promoted)))
+
+
+def normed_rounding_dtype(op: str, x, weight) -> torch.dtype:
+    """NORM-MIXED: the dtype whose roundings (NORM-TOL's count) the normalized output of ``op`` may
+    carry, whatever dtype it is returned in: x's for the Gemma forms (``1 + weight`` in float32);
+    for the LLaMA forms the less precise of x's and weight's (vLLM 0.33's ``x.to(weight.dtype) *
+    weight`` rounds the normalized x to a narrower weight's dtype before the product)."""
+    if op not in NORM_OPS:
+        raise ValueError(f"op must be one of {NORM_OPS}, got {op!r}")
+    x_dtype, w_dtype = _dtype(x, "x"), _dtype(weight, "weight")
+    if "gemma" in op:
+        return x_dtype
+    return max((x_dtype, w_dtype), key=lambda dtype: torch.finfo(dtype).eps)

@@ -257,7 +257,7 @@ def rope_inv_freq(config, *, seq_len: int | None, layer_type: str | None) -> tup
 
 def fixed_length_dynamic_inv_freq(config, *, layer_type: str | None) -> torch.Tensor | None:
     """ROPE-FREQ-DYNAMIC's second convention: dynamic NTK's frequencies at the one fixed length
-    ``max_position_embeddings * factor`` whatever the sequence (vLLM's precomputed cache), float64;
+    ``max_position_embeddings * factor`` whatever the sequence (sglang's precomputed cache), float64;
     None when the layer's rope is not dynamic."""
     d = rope_parameters(config, layer_type)
     if d["rope_type"] != "dynamic":

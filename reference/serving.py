@@ -21,7 +21,13 @@ import torch
 from reference.attention import masked_values_product, require_scale
 from reference.kv_cache import dequantized_caches
 from reference.masks import require_window
-from reference.serving_windows import known_window_api, layer_windows, window_kernel_args, window_keys
+from reference.serving_windows import (
+    accepted_layer_windows,
+    known_window_api,
+    layer_windows,
+    window_kernel_args,
+    window_keys,
+)
 from reference.validation import (
     require_float_tensor,
     require_positive_finite_or_none,
@@ -31,6 +37,7 @@ from reference.validation import (
 
 __all__ = [
     "ServingBatch",
+    "accepted_layer_windows",
     "contiguous_to_paged",
     "layer_windows",
     "paged_attention",

@@ -172,3 +172,13 @@ def layer_windows(config) -> list[int | None]:
     if any(sliding):
         require_window(window, "config.sliding_window", optional=False)
     return [window if s else None for s in sliding]
+
+
+def accepted_layer_windows(config, windows: list[int | None]) -> list[list[int | None]]:
+    """SERVE-LAYER-WINDOWS: the per-layer window lists a backend may return for ``config`` whose
+    contract windows are ``windows``: those, and for a Cohere2 config also every sliding layer's
+    window plus one (vLLM 0.33's ``commandr.py`` passes ``config.sliding_window + 1``, the W + 1 keys
+    its comment calls Cohere's training convention; transformers' ``Cohere2Attention`` keeps W)."""
+    if getattr(config, "model_type", None) != "cohere2" or all(w is None for w in windows):
+        return [windows]
+    return [windows, [None if w is None else w + 1 for w in windows]]

@@ -24,7 +24,7 @@ SELECTION = "geglu_matches or silu_and_mul_matches or swiglu_step_matches"
 # The BROKEN backends' failing properties only (what passes is checked with the other backends).
 BROKEN_SELECTION = (
     "geglu_matches and accepting or silu_and_mul_matches and raising"
-    " or gated_errors and (bad-approximate or odd-last-dim)"
+    " or should_reject_bad_input and (bad-approximate or odd-last-dim)"
 )
 
 MANIFEST = """\

@@ -2,16 +2,16 @@
 
 The whole suite runs once against ``recording`` (tests/recording_backend.py: the built-in ops,
 recording every call), in the ci profile's derandomized examples (5 per property: the same
-constant arguments as 10 and 30, measured), without the error-case properties (`*_errors`, the
-float-mask rejection): a bad input is no variation of a valid argument (with them, seq_lens'
-dtype and the mask's device counted as varied). For every op of ``backends.OPS`` and every argument
-of its protocol signature, each aspect must take at least two distinct values across the suite:
-a scalar's or option's value (being omitted counts as a value), a tensor's dtype and its layout
-(contiguous or strided), and for an attention ``scale`` whether it is the conventional
-1/sqrt(D) (a kernel ignoring the passed scale conformed while only that was drawn). An argument
-always a tensor has no value aspect. ``HOLDOUTS`` lists the known exceptions, each with its
-reason; the table must equal what the run finds, so a new constant argument fails, and so does
-a holdout once fixed (remove its row).
+constant arguments as 10 and 30, measured), without the bad-input properties
+(`test_should_reject_bad_input`, the float-mask rejection): a bad input is no variation of a
+valid argument (with them, seq_lens' dtype and the mask's device counted as varied). For every
+op of ``backends.OPS`` and every argument of its protocol signature, each aspect must take at
+least two distinct values across the suite: a scalar's or option's value (being omitted counts
+as a value), a tensor's dtype and its layout (contiguous or strided), and for an attention
+``scale`` whether it is the conventional 1/sqrt(D) (a kernel ignoring the passed scale conformed
+while only that was drawn). An argument always a tensor has no value aspect. ``HOLDOUTS`` lists
+the known exceptions, each with its reason; the table must equal what the run finds, so a new
+constant argument fails, and so does a holdout once fixed (remove its row).
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _record(root) -> dict:
     command = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:xdist",
                "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "recording_backend",
                "--hypothesis-profile=opconform-record", "--backend-module=recording_backend",
-               "--device=cpu", "-k", "not _errors and not rejected"]  # fmt: skip
+               "--device=cpu", "-k", "not should_reject_bad_input and not rejected"]  # fmt: skip
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     # The verdicts do not matter here (the diffusers scheduler's declared DPM-SDE3 bug fails).
     assert path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]

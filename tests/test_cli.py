@@ -142,14 +142,14 @@ def test_merge_of_one_column_twice_counts_each_case_once(tmp_path, capsys):
     second = _report(tmp_path, "second", ["passed", "passed", "passed"])
     assert cli.main(["merge", first, second]) == 0
     out = capsys.readouterr().out
-    assert "native@cpu: 3 pass" in out, out
+    assert "native@cpu: conforms (3 pass)" in out, out
     assert f"t.py::test_2[native-cpu]: fail in {first}, pass in {second}" in out, out
     assert cli.main(["merge", second, first]) == 1
-    assert "native@cpu: 1 fail, 2 pass" in capsys.readouterr().out
+    assert "native@cpu: 1 MUST broken (1 fail, 2 pass)" in capsys.readouterr().out
     from opconform import render, report
 
     page = render.html_page(report.merge([report.load(first), report.load(second)], names=[first, second]))
-    assert "<ul id='warnings'><li>t.py::test_2[native-cpu]: fail in" in page
+    assert "<li>t.py::test_2[native-cpu]: fail in" in page and "<ul id='warnings'>" in page
 
 
 def test_merge_with_an_input_that_lacked_a_requested_device_exits_3(tmp_path, capsys):

@@ -72,8 +72,8 @@ def _document(results_: list[dict], **extra) -> dict:
 
 
 def test_root_cause_opens_with_the_smallest_example_and_errors_come_last():
-    """One op's failures are one cause: its smallest example first, bad input (ERRORS) after the
-    numeric failures whatever their size; every failure keeps its rerun."""
+    """One op's MUST failures are one cause: its smallest example first; bad input (ERRORS, SHOULD)
+    apart and after, whatever its size; every failure keeps its rerun, shown once."""
     document = _document([
         _failed("t.py::test_a[mine-cpu]", "SERVE-PAGED", "S(seq_lens=(9, 4), block_size=16)"),
         _failed("t.py::test_b[mine-cpu]", "SERVE-ERRORS", "S(seq_lens=(1,), block_size=1)"),
@@ -83,19 +83,22 @@ def test_root_cause_opens_with_the_smallest_example_and_errors_come_last():
     ])  # fmt: skip
     causes = report.causes(document)
     assert [(c.op, [f["failure"]["clause"] for f in c.failures]) for c in causes] == [
-        ("rms_norm", ["NORM-EPS", "NORM-ERRORS"]),  # the smallest example (size 1) opens the report
-        ("paged_attention", ["SERVE-EXTEND", "SERVE-PAGED", "SERVE-ERRORS"]),
+        ("rms_norm", ["NORM-EPS"]),  # the smallest example (size 1) opens the report
+        ("paged_attention", ["SERVE-EXTEND", "SERVE-PAGED"]),
+    ]
+    should = report.causes(document, level="SHOULD")
+    assert [(c.op, [f["failure"]["clause"] for f in c.failures]) for c in should] == [
+        ("paged_attention", ["SERVE-ERRORS"]),
+        ("rms_norm", ["NORM-ERRORS"]),
     ]
     text = render.text(document)
-    opening = text.split("Root causes first", 1)[1].splitlines()
-    assert opening[1] == "  mine@cpu rms_norm: 2 failures of 2 clauses (NORM-EPS, NORM-ERRORS)", opening
-    assert (
-        opening[2].startswith("      smallest: [NORM-EPS] ") and "example: recipe=N(shape=(1,))" in opening[3]
-    )
+    opening = text.split("MUST failures (3)", 1)[1].splitlines()
+    assert opening[1] == "  mine@cpu rms_norm: 1 failure (NORM-EPS)", opening
+    assert opening[2].startswith("    [NORM-EPS] ") and "example: recipe=N(shape=(1,))" in opening[3]
     assert text.count("rerun: python -m pytest t.py::test_") == 5
-    failures = text.split("\nFailures (5;", 1)[1]
-    order = re.findall(r"^  \[([A-Z-]+)\]", failures, re.M)
-    assert order == ["NORM-EPS", "NORM-ERRORS", "SERVE-EXTEND", "SERVE-PAGED", "SERVE-ERRORS"], order
+    order = re.findall(r"^    \[([A-Z-]+)\]", text, re.M)
+    assert order == ["NORM-EPS", "SERVE-EXTEND", "SERVE-PAGED", "SERVE-ERRORS", "NORM-ERRORS"], order
+    assert text.index("MUST failures (3)") < text.index("SHOULD failures (2)")
     for rendered in (render.markdown(document), render.html_page(document)):
         assert rendered.count("python -m pytest t.py::test_") >= 5
 
@@ -104,18 +107,18 @@ def test_the_verdict_is_the_first_visible_line_everywhere():
     """Terminal, Markdown and HTML show a failure's verdict line first, then example, then rerun."""
     document = _document([_failed("t.py::test_a[mine-cpu]", "SERVE-PAGED", "S(seq_lens=(1,))")])
     verdict = "[SERVE-PAGED] paged_attention on backend 'mine' @ cpu: got 0.0, expected -1.5"
-    text = render.text(document).split("\nFailures (1;", 1)[1].splitlines()
-    assert text[1] == f"  {verdict}" and text[2].strip().startswith("example: recipe=S(seq_lens=(1,))")
-    markdown = render.markdown(document).split("\nFailures (1;", 1)[1].splitlines()
-    assert markdown[1] == f"- `{verdict}`" and markdown[3].strip().startswith("example:")
-    assert "  - rerun: `python -m pytest t.py::test_a[mine-cpu]`" in markdown
+    text = render.text(document).split("\nMUST failures (1)", 1)[1].splitlines()
+    assert text[2] == f"    {verdict}" and text[3].strip().startswith("example: recipe=S(seq_lens=(1,))")
+    markdown = render.markdown(document).split("\nMUST failures (1)", 1)[1].splitlines()
+    assert markdown[2] == f"  - `{verdict}`" and markdown[4].strip().startswith("example:")
+    assert "    - rerun: `python -m pytest t.py::test_a[mine-cpu]`" in markdown
     page = render.html_page(document)
     assert re.search(r"<details class='failure'><summary>\[SERVE-PAGED\] paged_attention", page)
 
 
 def test_version_2_report_shows_its_verdict_not_its_traceback():
     """A version-2 report's message was pytest's traceback: its E lines are the verdict; it merges
-    and diffs with a version-3 report."""
+    and diffs with a newer report."""
     old = _failed("t.py::test_a[mine-cpu]", "NORM-EPS", None, op="rms_norm")
     old["failure"] = {"clause": "NORM-EPS", "rerun": "python -m pytest t.py::test_a[mine-cpu]"}
     old["message"] = (
@@ -125,13 +128,14 @@ def test_version_2_report_shows_its_verdict_not_its_traceback():
         "E       Falsifying example: test_a(\nE           backend=x,\nE       )\n"
     )
     v2 = _document([old], version=2)
-    assert v2["version"] == 2
+    assert v2["version"] == results.VERSION  # read with today's levels
     text = render.text(v2)
-    assert "  [NORM-EPS] rms_norm: 1 of 1 outside tolerance" in text
+    assert "    [NORM-EPS] rms_norm: 1 of 1 outside tolerance" in text
     assert "raise ConformanceError(" not in text and "def assert_close" not in render.html_page(v2)
     v3 = _document([_failed("t.py::test_a[mine-cpu]", "NORM-EPS", "N(shape=(1,))", op="rms_norm")])
     merged = report.merge([v2, v3], names=["old", "new"])
-    assert merged["version"] == 3 and merged["results"][0]["failure"]["message"].startswith("[NORM-EPS]")
+    assert merged["version"] == results.VERSION
+    assert merged["results"][0]["failure"]["message"].startswith("[NORM-EPS]")
     assert report.diff(v2, v3)["new failures"] == []
 
 
@@ -149,7 +153,9 @@ def test_matrix_omits_rows_all_not_implemented_and_legend_names_rule():
         assert "NORM-RMS" not in rendered and "ACT-GEGLU" in rendered
         assert "(1 clause rows omitted: every cell n/i)" in rendered
     markdown = render.markdown(document)
-    assert "| tolerances | TOL-TABLE | rule |" in markdown and "rule: a clause that is a rule" in markdown
+    assert (
+        "| tolerances | TOL-TABLE | MUST | rule |" in markdown and "rule: a clause that is a rule" in markdown
+    )
 
 
 def test_html_leaves_out_other_backends_manifests():

@@ -73,22 +73,24 @@ def test_streamed_lines_name_each_bug_by_its_pinning_clause(fourbug):
     assert fourbug.returncode == 1, output  # a conformance failure, not 4 "incomplete"
     first = {}
     for line in fourbug.streamed:
-        clause, _, rest = line.removeprefix(stream.PREFIX + " ").partition(": ")
-        first.setdefault(rest.split(",", 1)[0], clause)
+        clause, op, _where = line.removeprefix(stream.PREFIX + " ").partition(": ")[0].split(" ")
+        first.setdefault(op, clause)
     wrong = {
         op: first.get(op)
         for op, pinning in fourbug_backend.ROOT_CAUSES.items()
         if first.get(op) not in pinning
     }
     assert not wrong, (wrong, fourbug.streamed)
-    clauses = [line.removeprefix(stream.PREFIX + " ").partition(":")[0] for line in fourbug.streamed]
+    clauses = [line.removeprefix(stream.PREFIX + " ").partition(" ")[0] for line in fourbug.streamed]
     assert len(clauses) == len(set(clauses)), fourbug.streamed
     eps = next(line for line in fourbug.streamed if "NORM-EPS" in line)
-    assert "rms_norm, fourbug@cpu: [NORM-EPS]" in eps and "got " in eps and "expected " in eps, eps
+    # The decisive values first: got and expected right after clause, op and backend@device.
+    assert eps.startswith(f"{stream.PREFIX} NORM-EPS rms_norm fourbug@cpu: got "), eps
+    assert "expected " in eps and "eps=" in eps and len(eps) <= stream.LINE_LIMIT, eps
     assert "smallest example: recipe=NormRecipe(shape=" in eps and "backend=" not in eps, eps
-    assert "op=" not in eps and "# or any other" not in eps, eps
-    # Streamed the moment each failed: before pytest's summary.
-    assert fourbug.stdout.index(fourbug.streamed[-1]) < fourbug.stdout.index("short test summary"), output
+    assert "op=" not in eps and "# or any other" not in eps and "[NORM-EPS]" not in eps, eps
+    # Streamed the moment each failed: before pytest's last line and opconform's summary.
+    assert fourbug.stdout.index(fourbug.streamed[-1]) < fourbug.stdout.index("opconform summary"), output
 
 
 def test_first_failure_stops_each_broken_clause_and_runs_the_rest(fourbug):
@@ -157,14 +159,19 @@ def test_example_line_is_one_line_without_backend_and_device():
     assert stream.example_line(AssertionError("no notes")) is None
 
 
-def test_line_names_clause_op_backend_device():
+def test_line_names_clause_op_backend_device_then_the_relation():
+    """``opconform: FAIL CLAUSE op backend@device: relation; context; smallest example``, cut at 200."""
+    message = ("[NORM-EPS] rms_norm on backend 'b' @ cpu, eps=1e-06: out: 1 of 4 elements outside "
+               "tolerance (dtype torch.float32, shape (2, 2), rtol 1.3e-06, atol 1e-05)")  # fmt: skip
     facts = {"clause": "NORM-EPS", "op": "rms_norm", "backend": "b", "device": "cpu",
-             "message": "[NORM-EPS] x", "got": "largest violation ...: got -1.0, expected -0.6",
+             "relation": "got -1, expected -0.6 at (0, 1)", "context": stream.context_of(message),
              "example": "recipe=R()"}  # fmt: skip
     assert stream.line(facts) == (
-        "opconform: broken NORM-EPS: rms_norm, b@cpu: [NORM-EPS] x; "
-        "largest violation ...: got -1.0, expected -0.6; smallest example: recipe=R()"
+        "opconform: FAIL NORM-EPS rms_norm b@cpu: got -1, expected -0.6 at (0, 1); eps=1e-06: out "
+        "(float32 (2, 2)); smallest example: recipe=R()"
     )
+    long = stream.line({**facts, "example": "x" * 300})
+    assert len(long) == stream.LINE_LIMIT and long.endswith("...") and "got -1" in long
 
 
 def test_first_failure_skips_only_clauses_broken_on_that_backend_and_device():
@@ -198,15 +205,17 @@ def test_run_option_maps_to_the_plugin_option(tmp_path):
     )
 
 
-def test_report_opens_with_the_smallest_example_of_each_bug(fourbug):
-    """report.md's first failure section is the root causes: each bug's op with its smallest
-    falsifying example, before any failure is listed one by one."""
+def test_report_opens_each_bug_with_its_pinning_clause(fourbug):
+    """report.md lists the MUST failures by root cause: each bug's op, its first failure under the
+    clause that pins it, with its example; each failure once (its rerun line appears once)."""
     text = (Path(fourbug.out) / "report.md").read_text()
-    assert "Root causes first" in text and text.index("Root causes first") < text.index("Failures ("), text
-    causes = text[text.index("Root causes first") : text.index("Failures (")]
-    for op in fourbug_backend.ROOT_CAUSES:
-        entry = causes.split(f"fourbug@cpu {op}:", 1)
+    assert "MUST failures (" in text, text
+    causes = text[text.index("MUST failures (") :]
+    for op, pinning in fourbug_backend.ROOT_CAUSES.items():
+        entry = causes.split(f"- fourbug@cpu {op}:", 1)
         assert len(entry) == 2, (op, causes)
-        assert "smallest:" in entry[1].split("\n- ", 1)[0] and "example:" in entry[1].split("\n- ", 1)[0], (
-            entry[1]
-        )
+        lead = entry[1].split("\n", 2)[1]
+        assert any(f"[{clause}]" in lead for clause in pinning), (op, lead)
+        assert "example:" in entry[1].split("\n- fourbug@cpu", 1)[0], entry[1]
+    reruns = [line for line in text.splitlines() if "rerun:" in line]
+    assert len(reruns) == len(set(reruns)) == len(report.failures(fourbug.document)), reruns

@@ -78,8 +78,10 @@ def test_suite_messages_name_the_value_and_the_backends_own_run(tmp_path):
     errors = [line for line in out.splitlines() if "[ACT-ERRORS]" in line]
     assert errors and all("bad input approximate='erf'" in line for line in errors), errors
     assert not any("'bad-approximate'" in line for line in errors), errors
-    assert "backend's contiguous-copy result" in out, out
-    layout = [line for line in out.splitlines() if "largest violation" in line]
+    # ACT-VIEWS is a SHOULD clause: its failure's whole message is in the results (the terminal lists it).
+    views = [c.get("message") or "" for c in document["results"] if "test_should_accept_views" in c["nodeid"]]
+    assert any("backend's contiguous-copy result" in message for message in views), views
+    layout = [line for message in views for line in message.splitlines() if "largest violation" in line]
     assert layout and not any(", expected " in line for line in layout), layout
 
 
@@ -169,3 +171,30 @@ def test_decode_oracle_accepts_its_own_low_precision_inputs():
     q, cache = torch.randn(2, 2, 1, 8).bfloat16(), torch.randn(2, 1, 5, 8).bfloat16()
     out = attention.decode_attention(q, cache, cache, torch.tensor([3, 5]), sliding_window=2, scale=0.3)
     assert out.shape == (2, 2, 1, 8) and out.dtype == torch.float64
+
+
+def test_a_wrong_mask_entry_is_named_by_its_relation():
+    """MASK-ENC and MASK-SWA-DECODE name the first wrong entry by row, key, distance and window."""
+    from conformance import test_masks
+
+    assert test_masks.encoder_relation((7, 2), True, sliding_window=5, padding_mask=None) == (
+        "row 7 attends key 2 at distance 5 >= sliding_window 5"
+    )
+    assert test_masks.encoder_relation((0, 0, 3, 5), True, sliding_window=None, padding_mask=None) == (
+        "row 3 attends key 5 a later key (causal)"
+    )
+    padding = torch.tensor([[True, False, True, True]])
+    assert test_masks.encoder_relation((0, 0, 3, 1), True, sliding_window=None, padding_mask=padding) == (
+        "row 3 attends key 1 a padded key of sequence 0"
+    )
+    assert test_masks.decode_relation((0, 0, 15), False, seq_lens=[17], window=1) == (
+        "sequence 0 keeps key 15, outside keys 16..16 visible at position 16 with window 1"
+    )
+
+
+def test_the_relation_shows_digits_until_got_and_expected_differ():
+    """assert_close's relation: 4 significant digits, more when they would print alike."""
+    with pytest.raises(ConformanceError) as error:
+        assert_close(torch.tensor([-1.0893947]), torch.tensor([-1.0893718], dtype=torch.float64),
+                     clause="NORM-RMS", context="c", family="norms")  # fmt: skip
+    assert error.value.relation == "got -1.08939, expected -1.08937 at (0,)"

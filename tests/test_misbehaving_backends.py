@@ -154,7 +154,7 @@ def test_timeout_and_crash_are_cells_and_regressions(catalogue):
     text = render.text(document)
     assert "TIMEOUT 1/1" in text and "CRASH 1/1" in text, text
     (row,) = [line for line in text.splitlines() if line.startswith("NORM-RMS ")]
-    assert row.split()[1:3] == ["CRASH", "1/1"] and report.NO_CLAUSE not in text, text
+    assert row.split()[1:4] == ["MUST", "CRASH", "1/1"] and report.NO_CLAUSE not in text, text
     assert "[abort-cpu] (crash: the worker running it died, checks NORM-RMS, worker 'gw" in text, text
     assert not report.conforms(document)
     before = {**document, "results": [{**r, "outcome": "passed"} for r in document["results"]]}

@@ -243,12 +243,14 @@ def test_merge_keeps_the_generic_and_the_profile_case_apart():
 
 
 def test_readiness_rows():
-    """MODEL-READINESS: implemented, verdict (worst case) and layers per op; n/i and no case."""
+    """MODEL-READINESS: implemented, verdict (worst MUST case; SHOULD failures beside it) and layers
+    per op; n/i and no case."""
     doc = _document([
         _case("t::a", "passed", op="rotary_embedding", model="m"),
         _case("t::b", "failed", op="rotary_embedding", model="m"),
         _case("t::c", "not implemented", op="rms_norm", model="m", clauses=("NORM-RMS",)),
         _case("t::d", "passed", op="paged_attention", model="m", clauses=("SERVE",)),
+        _case("t::e", "failed (SHOULD)", op="paged_attention", model="m", clauses=("SERVE-ERRORS",)),
     ], MODELS)  # fmt: skip
     ((model, title, column, rows),) = readiness.tables(doc)
     assert (model, title, column) == ("m", "M", "acme@cpu")
@@ -256,7 +258,7 @@ def test_readiness_rows():
     assert got == {
         "rotary_embedding": ("yes", "fail", "0-2,5"),
         "rms_norm": ("n/i", "n/i", "0-1"),
-        "paged_attention": ("yes", "pass", "0"),
+        "paged_attention": ("yes", "pass (1 SHOULD failed)", "0"),  # counted beside, not as, the verdict
         "layer_windows": ("no case", "no case", "-"),
     }
     text = render.text(doc)

@@ -41,6 +41,18 @@ def test_catalogue_is_documented():
         assert all(c in stated for c in mutant.clauses), f"{mutant.name}: docstring omits {mutant.clauses}"
 
 
+def test_a_mutant_caught_only_by_should_clauses_is_declared_so():
+    """A mutant whose every declared clause is SHOULD is a robustness mistake: it says so
+    (``level = "SHOULD"``, with ``why``); a MUST mutant declares at least one MUST clause, so a
+    run passing MUST clauses can never hide it (spec/README.md, Levels)."""
+    clauses = spec_index.load_clauses()
+    for _, mutant in catalogue():
+        levels = {clauses[c].level for c in mutant.clauses}
+        declared = getattr(mutant, "level", "MUST")
+        assert declared == ("SHOULD" if levels == {"SHOULD"} else "MUST"), (mutant.name, levels, declared)
+        assert declared == "MUST" or getattr(mutant, "why", None), f"{mutant.name}: level SHOULD without why"
+
+
 def test_every_family_is_in_one_pair():
     """A family missing from PAIRS would never run its mutants here."""
     paired = [family for pair in PAIRS for family in pair]
@@ -55,8 +67,12 @@ def test_every_mutant_is_killed_by_a_declared_clause(pair, tmp_path):
     document = mutation.run_batch(modules, profile="ci-noshrink", workdir=tmp_path, extra=extra)
     verdicts = [v for module in modules for v in mutation.verdicts(module, document)]
     assert len(verdicts) == sum(len(importlib.import_module(m).BACKENDS) for m in modules)
-    wrong = {v.mutant: (v.expected, v.killing_clauses) for v in verdicts if not (v.killed and v.right_clause)}
-    assert not wrong, f"mutant -> (declared clauses, clauses that failed): {wrong}"
+    wrong = {
+        v.mutant: (v.expected, v.killing_clauses, v.should_clauses, v.state)
+        for v in verdicts
+        if not (v.killed and v.right_clause)
+    }
+    assert not wrong, f"mutant -> (declared clauses, MUST and SHOULD clauses that failed, verdict): {wrong}"
     # Fail-fast did its job: no mutant has a second failure, and cases after the first were skipped.
     failures = [c.backend for c in document.results if c.outcome == Outcome.FAILED]
     assert len(failures) == len(set(failures)), f"a mutant failed twice despite maxfail 1: {failures}"

@@ -65,10 +65,45 @@ def test_softmax_scale_defaults_to_one():
     )
 
 
+def _golden_sink_attention(q, k, v, sinks, softmax_scale):
+    """Ascend/op-plugin's golden for learnable_sink (test/test_custom_ops/
+    test_npu_fused_infer_attention_score_v2.py, ``supported_op_exec_sink`` and ``npSoftmax_new``, commit
+    7634a58), restated: q [S, N, D], k and v [S_kv, N, D] as [1, N, S, D] in float64, the scores
+    scaled, the sinks viewed (1, N, 1, 1) and broadcast over the query rows as one more column, the
+    max-subtracted softmax over it, the column dropped, then times v; [S, N, D]."""
+    q4, k4, v4 = (t.permute(1, 0, 2)[None].double() for t in (q, k, v))
+    scores = q4 @ k4.transpose(3, 2) * softmax_scale
+    column = sinks.double().view(1, -1, 1, 1).broadcast_to(1, sinks.shape[0], scores.shape[2], 1)
+    scores = torch.cat([scores, column], dim=-1)
+    y = torch.exp(scores - scores.max(dim=-1, keepdim=True)[0])
+    probs = (y / y.sum(dim=-1, keepdim=True))[..., :-1]
+    return (probs @ v4)[0].permute(1, 0, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_learnable_sink_equals_the_vendors_golden(dtype):
+    """One TND sequence, no mask (the golden's call), Q_N = KV_N = 8, D = 128, distinct sinks per head
+    and random inputs (the golden's own test uses all ones): the emulated v2 equals the golden's
+    arithmetic within the attention tolerance (CANN-FIA-V2: documented)."""
+    gen = torch.Generator().manual_seed(3)
+    heads, dim, s_q, s_kv, block = 8, 128, 5, 12, 4
+    q, k, v = (torch.randn(n, heads, dim, generator=gen).to(dtype) for n in (s_q, s_kv, s_kv))
+    sinks = torch.linspace(-2.0, 3.0, heads).to(dtype)
+    table = torch.arange(s_kv // block, dtype=torch.int32)[None]
+    key, value = (t.reshape(s_kv // block, block, heads * dim) for t in (k, v))
+    out, _ = fia_v2(q, key, value, learnable_sink=sinks, num_query_heads=heads, num_key_value_heads=heads,
+                    softmax_scale=dim**-0.5, input_layout="TND", actual_seq_qlen=[s_q],
+                    actual_seq_kvlen=[s_kv], block_table=table, block_size=block)  # fmt: skip
+    golden = _golden_sink_attention(q, k, v, sinks, dim**-0.5)
+    assert_close(out, golden, clause="SERVE-SINKS", family="attention", context=str(dtype), dtype=dtype)
+    swapped = _golden_sink_attention(q, k, v, sinks.flip(0), dim**-0.5)  # another head's sink: far off
+    assert not torch.allclose(out.double(), swapped, rtol=0.02, atol=0.02)
+
+
 @pytest.mark.parametrize("window", [None, 3])
 def test_learnable_sink_equals_the_sink_oracle(window):
     """learnable_sink [Q_N] is one extra logit per query head in the denominator, no value row: the
-    adapter's v2 call equals reference.serving's SERVE-SINKS oracle (CANN-FIA-V2: inferred)."""
+    adapter's v2 call (head dim 8 padded to 64) equals reference.serving's SERVE-SINKS oracle."""
     q, k_cache, v_cache, meta = _batch([3, 1], [7, 5], 3)
     sinks = torch.tensor([-1.0, 0.5, 2.0, 20.0])
     args = dict(meta, sliding_window=window, softcap=None, sinks=sinks, scale=SCALE)
@@ -80,18 +115,36 @@ def test_learnable_sink_equals_the_sink_oracle(window):
     assert (actual.abs() < plain.abs() + 1e-6).all() and not torch.allclose(actual, plain)  # mass on the sink
 
 
-def test_learnable_sink_restrictions_raise():
-    """Not (Q_N,), not a float tensor, or value D over 128: RuntimeError naming learnable_sink."""
+def _sink_call(width: int, dtype=torch.bfloat16):
+    """q, key, value at head dim ``width`` in ``dtype`` and the v2 keywords of a one-token TND call."""
     key, value, table, _ = _paged([4], block_size=3)
-    q = torch.randn(1, HQ, D)
+    wide = (t.unflatten(2, (HKV, D)).repeat_interleave(-(-width // D), -1)[..., :width] for t in (key, value))
+    key, value = wide
+    q = torch.randn(1, HQ, width).to(dtype)
     call = _as_v2(_v1_call([1], [4], block_table=table))
-    for sink in (torch.zeros(HKV), torch.zeros(HQ, dtype=torch.int32), [0.0] * HQ):
+    return q, key.flatten(2).to(dtype), value.flatten(2).to(dtype), call
+
+
+def test_learnable_sink_restrictions_raise():
+    """Not (Q_N,), not a bfloat16/float16 tensor (float32 only beside a float32 query), or a value D
+    other than 64 and 128: RuntimeError naming learnable_sink; bfloat16 and float16 sinks at D 64 and
+    128 run (CANN-FIA-V2, aclnnFusedInferAttentionScoreV4)."""
+    q, key, value, call = _sink_call(64)
+    for sink in (torch.zeros(HKV, dtype=torch.bfloat16), torch.zeros(HQ, dtype=torch.int32), [0.0] * HQ,
+                 torch.zeros(HQ)):  # fmt: skip
         with pytest.raises(RuntimeError, match="learnable_sink"):
             fia_v2(q, key, value, learnable_sink=sink, **call)
-    wide = 136
-    key, value = (t.repeat_interleave(wide // D, -1) for t in (key, value))
-    with pytest.raises(RuntimeError, match="learnable_sink needs value D <= 128"):
-        fia_v2(q.repeat_interleave(wide // D, -1), key, value, learnable_sink=torch.zeros(HQ), **call)
+    for width in (8, 96, 136):
+        q, key, value, call = _sink_call(width)
+        with pytest.raises(RuntimeError, match="learnable_sink needs value D 64 or 128"):
+            fia_v2(q, key, value, learnable_sink=torch.zeros(HQ, dtype=torch.bfloat16), **call)
+    for width in (64, 128):
+        for dtype in (torch.bfloat16, torch.float16):
+            q, key, value, call = _sink_call(width, dtype)
+            out = fia_v2(q, key, value, learnable_sink=torch.zeros(HQ, dtype=dtype), **call)[0]
+            assert torch.isfinite(out).all()
+    q, key, value, call = _sink_call(64, torch.float32)
+    fia_v2(q, key, value, learnable_sink=torch.zeros(HQ), **call)  # the emulator's float32 extension
 
 
 @pytest.mark.parametrize("v1_name", sorted(V1_TO_V2))

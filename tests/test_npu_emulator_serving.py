@@ -1,5 +1,6 @@
-"""FIA's paged TND path in the emulator follows the documented semantics (spec/ascend.md,
-CANN-FIA-PAGED), and the Ascend adapter's paged_attention matches the serving oracle (spec/serving.md)."""
+"""FIA's paged TND and BSND paths in the emulator follow the documented semantics (spec/ascend.md,
+CANN-FIA-PAGED, CANN-FIA-DECODE), and the Ascend adapter's paged_attention matches the serving oracle
+(spec/serving.md)."""
 
 from __future__ import annotations
 
@@ -86,31 +87,44 @@ def test_band_is_bottom_right_per_sequence():
     _check_rows(out, q, dense, q_lens, lambda b, n, L: _bottom_right(n, L, pre=2))
 
 
-def test_query_length_one_is_decided_per_call():
-    """All query lengths 1: the incremental kernel ignores sparse_mode and pre_tokens (only the kv
-    lengths and the explicit mask apply); one 1-token sequence among multi-token ones keeps the band."""
+def test_tnd_decode_keeps_the_band():
+    """TND is outside the query-length-1 caveat: a call whose every sequence has one query row keeps
+    sparse_mode 4's band, as one among multi-token ones does; an explicit mask there raises."""
     kv_lens = [6, 4]
     key, value, table, dense = _paged(kv_lens, block_size=2)
-    q = torch.randn(2, HQ, D)
-    out = _run(q, key, value, table, [1, 1], kv_lens, sparse_mode=4, atten_mask=None, pre_tokens=0,
-               next_tokens=0)  # fmt: skip
-    _check_rows(out, q, dense, [1, 1], lambda b, n, L: torch.ones(1, L, dtype=torch.bool))
-    q = torch.randn(3, HQ, D)
-    out = _run(q, key, value, table, [1, 2], kv_lens, sparse_mode=4, atten_mask=COMPRESSED, pre_tokens=1,
-               next_tokens=0)  # fmt: skip
-    _check_rows(out, q, dense, [1, 2], lambda b, n, L: _bottom_right(n, L, pre=1))
+    for q_lens in ([1, 1], [1, 2]):
+        q = torch.randn(sum(q_lens), HQ, D)
+        out = _run(q, key, value, table, q_lens, kv_lens, sparse_mode=4, atten_mask=COMPRESSED, pre_tokens=1,
+                   next_tokens=0)  # fmt: skip
+        _check_rows(out, q, dense, q_lens, lambda b, n, L: _bottom_right(n, L, pre=1))
+    explicit = torch.zeros(2, 1, 1, table.shape[1] * 2, dtype=torch.bool)
+    with pytest.raises(RuntimeError, match="sparse_mode 0 without a mask"):
+        _run(torch.randn(2, HQ, D), key, value, table, [1, 1], kv_lens, atten_mask=explicit)
 
 
-def test_decode_explicit_mask_applies():
-    """The incremental kernel takes atten_mask [B, 1, 1, S] (True = masked), S >= columns x block_size."""
+def _run_bsnd(q, key, value, table, kv_lens, **options):
+    """The paged BSND decode call: query [B, 1, N, D]."""
+    out = fia(q[:, None], key, value, input_layout="BSND", num_heads=HQ, num_key_value_heads=HKV,
+              scale=SCALE, block_table=table, block_size=key.shape[1], actual_seq_lengths_kv=kv_lens,
+              **options)  # fmt: skip
+    return out[0][:, 0]
+
+
+@pytest.mark.parametrize("mask_shape", ["b11s", "bs"])
+def test_bsnd_decode_ignores_the_band_and_takes_the_explicit_mask(mask_shape):
+    """BSND at query length 1 with QK_D = V_D (CANN-FIA-DECODE): sparse_mode 4 and pre_tokens are not
+    read (every key within the length is seen), an explicit (B, 1, 1, S) or (B, S) mask applies."""
     kv_lens = [5, 3]
     key, value, table, dense = _paged(kv_lens, block_size=2)
-    masked = torch.ones(2, 1, 1, table.shape[1] * 2, dtype=torch.bool)
-    masked[0, ..., 2:5] = False
-    masked[1, ..., 0:3] = False
     q = torch.randn(2, HQ, D)
-    out = _run(q, key, value, table, [1, 1], kv_lens, atten_mask=masked)
-    _check_rows(out, q, dense, [1, 1], lambda b, n, L: ~masked[b, 0, :, :L])
+    out = _run_bsnd(q, key, value, table, kv_lens, sparse_mode=4, pre_tokens=0, next_tokens=0)
+    _check_rows(out, q, dense, [1, 1], lambda b, n, L: torch.ones(1, L, dtype=torch.bool))
+    masked = torch.ones(2, table.shape[1] * 2, dtype=torch.bool)
+    masked[0, 2:5] = False
+    masked[1, 0:3] = False
+    mask = masked[:, None, None, :] if mask_shape == "b11s" else masked
+    out = _run_bsnd(q, key, value, table, kv_lens, atten_mask=mask)
+    _check_rows(out, q, dense, [1, 1], lambda b, n, L: ~masked[b : b + 1, :L])
 
 
 def test_actual_seq_lengths_are_cumulative():
@@ -218,7 +232,7 @@ def _batch(q_lens, kv_lens, block_size, seed=1):
         ([4, 2], [4, 9], 4, None),  # a prefill and an extend
         ([3, 1, 2], [8, 6, 2], 3, 3),  # a one-token sequence inside an extend call, windowed
         ([1, 1, 1], [7, 1, 12], 5, None),  # decode
-        ([1, 1], [9, 4], 2, 3),  # decode with a window: the explicit mask
+        ([1, 1], [9, 4], 2, 3),  # decode with a window: the band, as for an extend
         ([2, 5], [11, 5], 1, 4),  # block size 1
     ],
 )
@@ -234,8 +248,8 @@ def test_adapter_matches_the_serving_oracle(q_lens, kv_lens, block_size, window)
 
 @pytest.mark.parametrize("feature", ["softcap", "sinks_wide_value", "head_dims"])
 def test_adapter_refuses_what_fia_cannot_express(feature):
-    """Softcap, sinks with a value head dim over 128 and Dv != Dqk raise NotImplementedError naming the
-    feature (CANN-FIA-V2)."""
+    """Softcap, sinks with a value head dim over 128 (the op takes 64 or 128; smaller ones are padded)
+    and Dv != Dqk raise NotImplementedError naming the feature (CANN-FIA-V2)."""
     q, k_cache, v_cache, meta = _batch([2], [5], 2)
     args = dict(meta, sliding_window=None, softcap=None, sinks=None, scale=SCALE)
     if feature == "softcap":

@@ -11,6 +11,8 @@ import textwrap
 import pytest
 from suite_runner import REPO, bad_mark_collection, outcomes, run_suite
 
+from conformance import selection
+
 EXTERNAL_MODULE = """
 from backends.native import NativeBackend
 
@@ -36,7 +38,7 @@ class NoOps:
 BACKEND = ExternalNative()
 ALL = [ExternalNative(), NeedsUnicorn(), NoOps()]
 """
-SELECTION = ["conformance/test_activations.py", "-k", "geglu_matches_oracle or gated_errors"]
+SELECTION = ["conformance/test_activations.py", "-k", "geglu_matches_oracle or should_reject_bad_input"]
 
 
 @pytest.fixture(scope="module")
@@ -240,9 +242,8 @@ class FakeConfig:
 )
 def test_bad_options_are_usage_errors(options, select, words):
     """Each bad option value is a pytest.UsageError naming the problem."""
-    from conformance import plugin
 
-    chooser = plugin._select_backends if select == "backends" else plugin._select_devices
+    chooser = selection.backends if select == "backends" else selection.devices
     with pytest.raises(pytest.UsageError, match=words):
         chooser(FakeConfig(**options))
 
@@ -265,13 +266,12 @@ def test_bad_options_are_usage_errors(options, select, words):
 def test_bad_backend_modules_are_usage_errors(tmp_path, monkeypatch, source, words):
     """A module raising SyntaxError/RuntimeError on import was an INTERNALERROR; an external backend
     named like a built-in silently stood in for it. Both are usage errors naming the module."""
-    from conformance import plugin
 
     (tmp_path / "bad_mod.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "bad_mod", raising=False)
     with pytest.raises(pytest.UsageError) as error:
-        plugin._select_backends(FakeConfig(backend_module=["bad_mod"]))
+        selection.backends(FakeConfig(backend_module=["bad_mod"]))
     assert words in str(error.value) and "\n" not in str(error.value)
 
 
@@ -327,14 +327,13 @@ def test_assert_close_names_a_wrong_return(actual, options, words):
 def test_entry_point_that_raises_is_a_usage_error(monkeypatch):
     """An installed entry point whose module raises on load was an INTERNALERROR."""
     import backends as registry
-    from conformance import plugin
 
     def broken():
         raise RuntimeError("module-level init failed")
 
     monkeypatch.setattr(registry, "entry_point_backends", broken)
     with pytest.raises(pytest.UsageError, match="entry point raised RuntimeError: module-level init failed"):
-        plugin._select_backends(FakeConfig())
+        selection.backends(FakeConfig())
 
 
 def test_rerun_repeats_the_time_limit():

@@ -179,6 +179,10 @@ def test_output_dtype_rules():
     assert oracle.normed_dtypes("gemma_rms_norm", bf16, f32) == (bf16,)
     assert oracle.normed_dtypes("gemma_fused_add_rms_norm", bf16, f32, f32) == (bf16, f32)
     assert oracle.normed_dtypes("fused_add_rms_norm", bf16, f32, bf16) == (bf16, f32)
+    assert oracle.normed_rounding_dtype("rms_norm", f32, bf16) == bf16  # vLLM 0.33: x.to(weight.dtype)
+    assert oracle.normed_rounding_dtype("fused_add_rms_norm", f16, bf16) == bf16
+    assert oracle.normed_rounding_dtype("rms_norm", bf16, f32) == bf16
+    assert oracle.normed_rounding_dtype("gemma_rms_norm", f32, bf16) == f32  # 1 + weight in float32
     with pytest.raises(ValueError, match="op must be one of"):
         oracle.normed_dtypes("layer_norm", bf16, f32)
     with pytest.raises(ValueError, match="residual must be given"):
@@ -223,8 +227,9 @@ class TransformersPeer(_Peer):
 
 
 class VllmNativePeer(_Peer):
-    """vLLM's RMSNorm.forward_native and GemmaRMSNorm.forward_static, as spec/norms.md quotes them
-    (its Gemma residual is float32 for float16 inputs, a deviation: the fused Gemma op is left out)."""
+    """vLLM's RMSNorm.forward_native and GemmaRMSNorm.forward_static at commit 00cba797, as spec/norms.md
+    quotes them (its Gemma residual is float32 for float16 inputs, a deviation: the fused Gemma op is
+    left out); vLLM 0.33's forms: tests/test_upstream_conventions.py."""
 
     name = "vllm-forward-native"
 

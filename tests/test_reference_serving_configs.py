@@ -117,7 +117,7 @@ LITERAL = [
     (dict(model_type="qwen3_moe", sliding_window=3, use_sliding_window=True), 2, [3, 3]),
     (dict(model_type="qwen2", sliding_window=3, use_sliding_window=None, max_window_layers=0), 2,
      [None, None]),
-    (dict(model_type="cohere2", sliding_window=4096), 4, [4096, 4096, 4096, None]),  # W, never W + 1
+    (dict(model_type="cohere2", sliding_window=4096), 4, [4096, 4096, 4096, None]),  # the oracle's W
     (dict(model_type="mistral", sliding_window=7), 2, [7, 7]),
     (dict(model_type="some_new_model", sliding_window=7), 2, [7, 7]),
     (dict(model_type="gemma2", sliding_window=None), 3, [None, None, None]),
@@ -132,6 +132,16 @@ LITERAL = [
 def test_layer_windows_literal_cases(impl, fields, layers, want):
     """SERVE-LAYER-WINDOWS on hand-written configs (no transformers needed)."""
     assert IMPLS[impl](SimpleNamespace(num_hidden_layers=layers, **fields)) == want
+
+
+def test_accepted_layer_windows_widen_cohere2_only():
+    """SERVE-LAYER-WINDOWS: Cohere2's sliding layers may keep W or W + 1 keys (vLLM 0.33), no other
+    model type's, and a Cohere2 config without sliding layers only its Nones."""
+    cohere2 = SimpleNamespace(model_type="cohere2", num_hidden_layers=4, sliding_window=8)
+    assert serving.accepted_layer_windows(cohere2, [8, 8, 8, None]) == [[8, 8, 8, None], [9, 9, 9, None]]
+    gemma3 = SimpleNamespace(model_type="gemma3_text", num_hidden_layers=2, sliding_window=8)
+    assert serving.accepted_layer_windows(gemma3, [8, None]) == [[8, None]]
+    assert serving.accepted_layer_windows(cohere2, [None] * 4) == [[None] * 4]
 
 
 BAD = [

@@ -112,7 +112,10 @@ def test_matrix_cells_and_coverage(declared):
 def test_markdown_has_matrix_and_rerun(undeclared):
     """The Markdown report carries the matrix rows and each failure's rerun command."""
     text = render.markdown(undeclared)
-    assert "| activations | ACT-GEGLU | pass | FAIL 1/1 |" in text
+    assert "| activations | ACT-GEGLU | MUST | pass | FAIL 1/1 |" in text
+    # The bad input the accepting and raising backends take: SHOULD failures, apart.
+    assert "| activations | ACT-ERRORS | SHOULD | pass | pass | should-fail 1/7 | should-fail 1/7 |" in text
+    assert text.index("MUST failures (") < text.index("SHOULD failures (2)")
     assert "rerun: `python -m pytest " in text
 
 
@@ -121,8 +124,10 @@ def test_diff_lists_regressions_and_fixes(runs):
     old, new = (str(Path(runs[n]["dir"]) / "report.json") for n in ("declared", "undeclared"))
     worse = opconform("diff", old, new, cwd=Path(runs["manifest"]).parent)
     assert worse.returncode == 1, worse.stdout + worse.stderr
-    # deviating's GEGLU, and the 4 cases of the BROKEN backends only the undeclared run has.
-    assert "new failures (5):" in worse.stdout and "test_geglu_matches_oracle[deviating-cpu]" in worse.stdout
+    # deviating's GEGLU, and the 2 MUST cases of the BROKEN backends only the undeclared run has;
+    # their 2 bad-input cases apart, as SHOULD failures.
+    assert "new failures (3):" in worse.stdout and "test_geglu_matches_oracle[deviating-cpu]" in worse.stdout
+    assert "new SHOULD failures (2):" in worse.stdout, worse.stdout
     better = opconform("diff", new, old, cwd=Path(runs["manifest"]).parent)
     assert better.returncode == 0 and "fixes (1):" in better.stdout
     changes = report.diff(report.load(new), report.load(old))
@@ -139,7 +144,7 @@ def test_merge_combines_runs(runs, tmp_path):
     proc = opconform("merge", *paths, "--out", str(tmp_path / "merged"), "--markdown", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     # Both runs cover the same columns: each case once, the later run's, disagreements warned.
-    assert "| activations | ACT-GEGLU | pass | FAIL 1/1 |" in proc.stdout
+    assert "| activations | ACT-GEGLU | MUST | pass | FAIL 1/1 |" in proc.stdout
     assert "test_geglu_matches_oracle[deviating-cpu]: expected failure in" in proc.stdout
     merged = report.load(tmp_path / "merged" / "report.json")
     assert [m["name"] for m in merged["merged_from"]] == paths

@@ -94,7 +94,7 @@ def test_a_property_names_clauses_of_one_level_and_says_it():
 def test_a_clause_without_a_level_line_is_refused(tmp_path):
     """The level is the clause's first line; without it the spec does not load, naming the place."""
     (tmp_path / "a.md").write_text("### X-ONE: first\nbody text\n")
-    with pytest.raises(ValueError, match=r"a\.md:1: clause X-ONE: its first line must be '\*Level:\* MUST\.'"):
+    with pytest.raises(ValueError, match=r"a\.md:1: clause X-ONE: its first line must be '\*Level:\* MUST"):
         spec_index.load_clauses(str(tmp_path))
     (tmp_path / "a.md").write_text("### X-ONE: first\n*Level:* SHOULD, ties: no model passes it.\n")
     clause = spec_index.load_clauses(str(tmp_path))["X-ONE"]

@@ -12,8 +12,9 @@ CANN-PAGED-ATTENTION): decode attention, one query token per sequence, over a pa
   sequence's OWN kv length, on the host (**inferred** from the call sites).
 - ``out [num_tokens, num_heads, head_size]`` in q's dtype, written in place; nothing is returned.
 
-The computation is FIA's incremental paged path without a mask (``paged_attention.fia_tnd_paged``):
-only the blocks and positions below ``context_lens[b]`` are read. Violations raise RuntimeError.
+The computation is FIA's paged TND path without a mask, one query row per sequence
+(``paged_attention.fia_tnd_paged``): only the blocks and positions below ``context_lens[b]`` are
+read. Violations raise RuntimeError.
 """
 
 from __future__ import annotations

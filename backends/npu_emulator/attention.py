@@ -13,8 +13,11 @@ Semantics: ``softmax(scale * Q K^T + mask) V`` over the keys that survive every 
 - ``num_heads`` must equal the query's head count; ``num_key_value_heads`` 0 means num_heads.
 - ``actual_seq_lengths_kv[b]``: keys at or beyond it are not read at all (zeros, never NaN).
   ``actual_seq_lengths[b]``: query rows at or beyond it return zeros.
-- Query length 1 is the incremental (decode) kernel: ``pre_tokens``, ``next_tokens`` and
-  ``sparse_mode`` are IGNORED; only ``atten_mask`` and ``actual_seq_lengths_kv`` apply.
+- Query length 1 in BNSD (or paged BSND): ``pre_tokens``, ``next_tokens`` and ``sparse_mode`` are
+  IGNORED; only ``atten_mask`` and ``actual_seq_lengths_kv`` apply. The documented condition is
+  narrower than "query length 1": layout BSH, BSND or BNSD, Q_S = 1, QK_D = V_D and no rope inputs
+  (spec/ascend.md, CANN-FIA-DECODE); every emulated BNSD/BSND call meets the last two (key and value
+  have one shape, the query's D; no rope input is emulated). TND is outside it (paged_attention.py).
 - Query length > 1, per ``sparse_mode`` (d = kv_len - q_len per batch, actual lengths):
   0: ``atten_mask`` optional, applied in full ([Sq, Sk] or [B, 1, Sq, Sk]), plus the top-left
      band i - pre_tokens <= j <= i + next_tokens;
@@ -26,8 +29,9 @@ Semantics: ``softmax(scale * Q K^T + mask) V`` over the keys that survive every 
   strictly above the diagonal True; anything else raises.
 - Rows with no surviving key return zeros (the real kernel's value there is undocumented; the
   contracts never compare such rows). Computed in float32, rounded once to the query dtype.
-- Layout: "BNSD" without paging, and "TND" with a ``block_table`` (the paged path, in
-  ``paged_attention.py``, spec/ascend.md CANN-FIA-PAGED); others raise.
+- Layout: "BNSD" without paging, "TND" with a ``block_table``, and "BSND" with a ``block_table`` at
+  query length 1 (the paged paths, in ``paged_attention.py``, spec/ascend.md CANN-FIA-PAGED); others
+  raise.
 - Dtypes: float16, bfloat16 as the real op, plus float32 (an emulator extension, so adapter
   logic is checked at float32 precision).
 
@@ -39,7 +43,7 @@ from __future__ import annotations
 import torch
 
 from backends.npu_emulator.compressed_mask import is_compressed_mask
-from backends.npu_emulator.paged_attention import fia_tnd_paged, int_list
+from backends.npu_emulator.paged_attention import fia_bsnd_paged_decode, fia_tnd_paged, int_list
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MASK_DTYPES = (torch.bool, torch.int8, torch.uint8)
@@ -117,12 +121,18 @@ def npu_fused_infer_attention_score(
 ):
     if unsupported:
         _fail(f"arguments not emulated: {sorted(unsupported)}")
-    if input_layout == "TND" and block_table is not None:
+    if input_layout in ("TND", "BSND") and block_table is not None:
         for name, tensor in (("query", query), ("key", key), ("value", value)):
             if not isinstance(tensor, torch.Tensor) or tensor.dtype not in SUPPORTED_DTYPES:
                 _fail(f"{name} must be a float16/bfloat16/float32 tensor")
         if key.dtype != query.dtype or value.dtype != query.dtype:
             _fail("key and value must have the query's dtype")
+        if input_layout == "BSND":  # actual_seq_lengths, sparse_mode, pre/next tokens: not read at Q_S = 1
+            return fia_bsnd_paged_decode(
+                query, key, value, atten_mask=atten_mask, actual_seq_lengths_kv=actual_seq_lengths_kv,
+                num_heads=num_heads, num_key_value_heads=num_key_value_heads, scale=scale,
+                block_table=block_table, block_size=block_size,
+            )  # fmt: skip
         return fia_tnd_paged(
             query, key, value, atten_mask=atten_mask, actual_seq_lengths=actual_seq_lengths,
             actual_seq_lengths_kv=actual_seq_lengths_kv, num_heads=num_heads,
@@ -130,7 +140,7 @@ def npu_fused_infer_attention_score(
             next_tokens=next_tokens, sparse_mode=sparse_mode, block_table=block_table, block_size=block_size,
         )  # fmt: skip
     if input_layout != "BNSD" or block_table is not None:
-        _fail(f"emulated: 'BNSD' without paging, 'TND' with a block_table; got {input_layout!r}")
+        _fail(f"emulated: 'BNSD' without paging, 'TND' or 'BSND' with a block_table; got {input_layout!r}")
     for name, tensor in (("query", query), ("key", key), ("value", value)):
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4 or tensor.dtype not in SUPPORTED_DTYPES:
             _fail(f"{name} must be a 4-D float16/bfloat16/float32 tensor in BNSD")
@@ -155,7 +165,7 @@ def npu_fused_infer_attention_score(
     q_lens = _lengths(actual_seq_lengths, batch, q_len, "actual_seq_lengths")
     kv_lens = _lengths(actual_seq_lengths_kv, batch, kv_len, "actual_seq_lengths_kv")
 
-    if q_len == 1:  # incremental kernel: pre/next tokens and sparse_mode are ignored
+    if q_len == 1:  # BNSD, QK_D = V_D, no rope (CANN-FIA-DECODE): pre/next tokens and sparse_mode invalid
         masked = torch.zeros(batch, 1, 1, kv_len, dtype=torch.bool)
         if atten_mask is not None:
             try:

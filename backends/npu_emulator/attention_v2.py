@@ -11,7 +11,8 @@ The v2 op is v1 (CANN-FIA, CANN-FIA-PAGED) under other keyword names, plus ``lea
 Every keyword is keyword-only and the signature is the documented one, so a keyword the binding does
 not have (v1's ``num_heads``, ``scale``, ...) is a TypeError, as it is for the real binding. Emulated:
 ``input_layout="TND"`` with a ``block_table`` (the paged path, computed by v1's machinery in
-``paged_attention.py``), and ``learnable_sink`` [num_query_heads] there (value D <= 128). The other
+``paged_attention.py``), and ``learnable_sink`` [num_query_heads] there: bfloat16 or float16, value D
+64 or 128 (aclnnFusedInferAttentionScoreV4), its arithmetic the vendor's golden's. The other
 documented keywords (rope, pse, quantization, ...) must keep their defaults; otherwise, like every
 other violation, a RuntimeError.
 """
@@ -24,8 +25,8 @@ from backends.npu_emulator.attention import SUPPORTED_DTYPES
 from backends.npu_emulator.paged_attention import fia_tnd_paged
 
 MAX_TOKENS = 2147483647
-SINK_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # bfloat16 documented; the others: widened
-SINK_MAX_VALUE_DIM = 128
+SINK_DTYPES = (torch.bfloat16, torch.float16)  # documented (V4); float32 only beside a float32 query
+SINK_VALUE_DIMS = (64, 128)  # V4: "V_D can only be 128/64"
 # Documented keywords the emulator does not model: they must keep their defaults (None, or 0).
 NOT_EMULATED = (
     "query_rope",
@@ -58,19 +59,22 @@ def _fail(message: str):
     raise RuntimeError(f"npu_fused_infer_attention_score_v2: {message}")
 
 
-def _check_sink(learnable_sink, num_query_heads: int, value_dim: int) -> None:
-    """CANN-FIA-V2: shape (Q_N,), TND only (the only layout emulated), value D <= 128 (the paged
-    cache's value D is the query's: key and value have identical shapes)."""
-    if not isinstance(learnable_sink, torch.Tensor) or learnable_sink.dtype not in SINK_DTYPES:
+def _check_sink(learnable_sink, query_dtype, num_query_heads: int, value_dim: int) -> None:
+    """CANN-FIA-V2: bfloat16 or float16 (float32 beside a float32 query: emulator choice), shape
+    (Q_N,), TND only (the only layout emulated), value D 64 or 128 (the paged cache's value D is the
+    query's: key and value have identical shapes)."""
+    dtypes = SINK_DTYPES + ((torch.float32,) if query_dtype == torch.float32 else ())
+    if not isinstance(learnable_sink, torch.Tensor) or learnable_sink.dtype not in dtypes:
         _fail(
-            f"learnable_sink must be a bfloat16 tensor: {getattr(learnable_sink, 'dtype', learnable_sink)!r}"
+            "learnable_sink must be a bfloat16 or float16 tensor: "
+            f"{getattr(learnable_sink, 'dtype', learnable_sink)!r}"
         )
     if tuple(learnable_sink.shape) != (num_query_heads,):
         _fail(
             f"learnable_sink must be ({num_query_heads},) (num_query_heads,): {tuple(learnable_sink.shape)}"
         )
-    if value_dim > SINK_MAX_VALUE_DIM:
-        _fail(f"learnable_sink needs value D <= {SINK_MAX_VALUE_DIM}, got {value_dim}")
+    if value_dim not in SINK_VALUE_DIMS:
+        _fail(f"learnable_sink needs value D 64 or 128, got {value_dim}")
 
 
 def npu_fused_infer_attention_score_v2(
@@ -101,7 +105,7 @@ def npu_fused_infer_attention_score_v2(
     if key.dtype != query.dtype or value.dtype != query.dtype:
         _fail("key and value must have the query's dtype")
     if learnable_sink is not None:
-        _check_sink(learnable_sink, num_query_heads, query.shape[-1])
+        _check_sink(learnable_sink, query.dtype, num_query_heads, query.shape[-1])
     return fia_tnd_paged(
         query, key, value, atten_mask=atten_mask, actual_seq_lengths=actual_seq_qlen,
         actual_seq_lengths_kv=actual_seq_kvlen, num_heads=num_query_heads,

@@ -1,4 +1,4 @@
-"""The paged TND path of the emulated ``npu_fused_infer_attention_score`` (spec/ascend.md, CANN-FIA-PAGED).
+"""The paged paths of the emulated ``npu_fused_infer_attention_score`` (spec/ascend.md, CANN-FIA-PAGED).
 
 Reached through ``npu_fused_infer_attention_score(..., input_layout="TND", block_table=...)``:
 - ``query [T, N, D]`` packs the sequences; ``actual_seq_lengths`` holds their CUMULATIVE ends
@@ -8,12 +8,17 @@ Reached through ``npu_fused_infer_attention_score(..., input_layout="TND", block
 - ``block_table`` int32 ``[B, >= max blocks per sequence]``; ``block_size`` is the cache's second
   dim. ``actual_seq_lengths_kv`` is required and holds each sequence's OWN length. **documented**
   (the per-sequence kv lengths: **inferred**, see CANN-FIA-PAGED).
-- Every sequence of query length 1: the incremental kernel; ``sparse_mode``, ``pre_tokens`` and
-  ``next_tokens`` are ignored, only ``atten_mask`` ``[B, 1, 1, S]`` (S >= the table's columns x
-  block_size) and the kv lengths apply. Decided per CALL: **inferred**.
-- Otherwise the prompt kernel: ``sparse_mode`` 0 without a mask (no restriction), 3 (causal from
-  the bottom-right of EACH sequence, d_b = kv_len_b - q_len_b) or 4 (band from the same corner),
-  both with the 2048x2048 compressed mask. Mode 4 under TND: **emulator choice** (see the section).
+- ``sparse_mode`` 0 without a mask (no restriction), 3 (causal from the bottom-right of EACH
+  sequence, d_b = kv_len_b - q_len_b) or 4 (band from the same corner), both with the 2048x2048
+  compressed mask; for every sequence, query length 1 included: the query-length-1 caveat (CANN-FIA-DECODE)
+  names BSH/BSND/BNSD only, so it does not cover TND (**inferred** from its wording). Mode 4 under
+  TND: **emulator choice** (see the section).
+
+And through ``input_layout="BSND", block_table=...`` with query ``[B, 1, N, D]`` (``fia_bsnd_paged_decode``):
+the decode call the caveat covers (BSND, Q_S = 1, QK_D = V_D since key and value have identical
+shapes, no rope inputs), so ``sparse_mode``, ``pre_tokens`` and ``next_tokens`` are ignored and only an
+explicit ``atten_mask`` ``(B, KV_S)`` or ``(B, 1, 1, KV_S)`` (KV_S >= the table's columns x block_size)
+and the kv lengths apply. **documented** (the caveat); query lengths other than 1: not emulated.
 - Only the table entries ``< ceil(kv_len_b / block_size)`` and the positions ``< kv_len_b`` are
   read, so stale cache content never reaches the output. Ids outside the cache raise here (the
   real op does not check them). Violations raise RuntimeError.
@@ -116,13 +121,13 @@ def _gather(cache, table_row, block_size: int, length: int, heads: int) -> torch
 
 
 def _decode_mask(atten_mask, batch: int, width: int) -> torch.Tensor | None:
-    """The incremental kernel's explicit mask as bool [B, S] (True = masked), or None."""
+    """The query-length-1 call's explicit mask as bool [B, S] (True = masked), or None."""
     if atten_mask is None:
         return None
     if not isinstance(atten_mask, torch.Tensor) or atten_mask.dtype not in MASK_DTYPES:
         _fail(f"atten_mask must be bool/int8/uint8 (True = masked): {getattr(atten_mask, 'dtype', None)}")
     if atten_mask.dim() not in (2, 3, 4) or atten_mask.shape[0] != batch or atten_mask.shape[-1] < width:
-        _fail(f"atten_mask must be [B, 1, 1, S] with S >= {width}, got {tuple(atten_mask.shape)}")
+        _fail(f"atten_mask must be [B, S] or [B, 1, 1, S] with S >= {width}, got {tuple(atten_mask.shape)}")
     return atten_mask.reshape(batch, -1).cpu().bool()
 
 
@@ -139,8 +144,9 @@ def _prompt_masked(sparse_mode, pre_tokens, next_tokens, q_len: int, kv_len: int
 
 def _probs(scores, masked, sink) -> torch.Tensor:
     """Softmax over the unmasked keys of [N, q_len, kv_len] scores; a row with none is zeros. With a
-    ``sink`` [N] (v2's learnable_sink, CANN-FIA-V2: inferred) exp(sink) joins each head's denominator
-    only, as an extra logit without a value row."""
+    ``sink`` [N] (v2's learnable_sink, CANN-FIA-V2: documented by the vendor's golden) head h's logit
+    sink[h] is one more column of the softmax, dropped before the value product: exp(sink) joins the
+    head's denominator only."""
     scores = scores.masked_fill(masked, float("-inf"))
     if sink is None:
         empty = masked.all(-1, keepdim=True)
@@ -154,10 +160,11 @@ def _probs(scores, masked, sink) -> torch.Tensor:
 def fia_tnd_paged(
     query, key, value, *, atten_mask, actual_seq_lengths, actual_seq_lengths_kv, num_heads,
     num_key_value_heads, scale, pre_tokens, next_tokens, sparse_mode, block_table, block_size,
-    learnable_sink=None, names=("actual_seq_lengths", "actual_seq_lengths_kv"),
+    learnable_sink=None, names=("actual_seq_lengths", "actual_seq_lengths_kv"), decode_caveat=False,
 ):  # fmt: skip
     """FIA with input_layout='TND' and a block_table: (attention_out [T, N, D], softmax_lse [1]).
-    ``learnable_sink`` [N] is the v2 op's (None for v1); ``names`` its length arguments' names."""
+    ``learnable_sink`` [N] is the v2 op's (None for v1); ``names`` its length arguments' names;
+    ``decode_caveat``: the BSND query-length-1 call (sparse_mode and the band ignored, explicit mask)."""
     if query.dim() != 3 or query.shape[1] != num_heads:
         _fail(f"query must be [T, N={num_heads}, D], got {tuple(query.shape)}")
     kv_heads = num_heads if num_key_value_heads == 0 else num_key_value_heads
@@ -166,8 +173,7 @@ def fia_tnd_paged(
     head_dim = query.shape[2]
     starts, q_lens, kv_lens = _lengths(query, actual_seq_lengths, actual_seq_lengths_kv, block_table, names)
     _check_cache(key, value, block_table, block_size, kv_lens, kv_heads, head_dim)
-    incremental = all(n == 1 for n in q_lens)  # per call (inferred)
-    if incremental:
+    if decode_caveat:  # CANN-FIA-DECODE: sparse_mode, pre_tokens and next_tokens invalid
         explicit = _decode_mask(atten_mask, len(q_lens), block_table.shape[1] * block_size)
     elif sparse_mode in (3, 4):
         _check_compressed_mask(atten_mask)
@@ -180,7 +186,7 @@ def fia_tnd_paged(
             continue  # no rows, or no keys: zeros
         k = _gather(key, block_table[b], block_size, kv_len, kv_heads).repeat_interleave(group, 0)
         v = _gather(value, block_table[b], block_size, kv_len, kv_heads).repeat_interleave(group, 0)
-        if incremental:
+        if decode_caveat:
             none = torch.zeros(1, kv_len, dtype=torch.bool)
             masked = none if explicit is None else explicit[b : b + 1, :kv_len]
         else:
@@ -191,3 +197,21 @@ def fia_tnd_paged(
         empty = masked.all(-1, keepdim=True)
         out[starts[b] : starts[b + 1]] = (probs @ v).masked_fill(empty, 0.0).transpose(0, 1)
     return out.to(query.dtype), torch.zeros(1, dtype=torch.float32, device=query.device)
+
+
+def fia_bsnd_paged_decode(query, key, value, *, atten_mask, actual_seq_lengths_kv, num_heads,
+                          num_key_value_heads, scale, block_table, block_size):  # fmt: skip
+    """FIA with input_layout='BSND', a block_table and query [B, 1, N, D]: (attention_out [B, 1, N, D],
+    softmax_lse [1]), under the query-length-1 caveat (CANN-FIA-DECODE): only the explicit mask and
+    the kv lengths restrict the keys; sparse_mode, pre_tokens and next_tokens are not read."""
+    if query.dim() != 4 or query.shape[1] != 1:
+        _fail(f"input_layout 'BSND' with a block_table is emulated for query [B, 1, N, D] only, got "
+              f"{tuple(query.shape)}")  # fmt: skip
+    batch = query.shape[0]
+    out, lse = fia_tnd_paged(
+        query[:, 0], key, value, atten_mask=atten_mask, actual_seq_lengths=list(range(1, batch + 1)),
+        actual_seq_lengths_kv=actual_seq_lengths_kv, num_heads=num_heads,
+        num_key_value_heads=num_key_value_heads, scale=scale, pre_tokens=None, next_tokens=None,
+        sparse_mode=None, block_table=block_table, block_size=block_size, decode_caveat=True,
+    )  # fmt: skip
+    return out[:, None], lse

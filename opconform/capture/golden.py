@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from conformance.errors import ConformanceError
-from conformance.results import Case, Document, Failure, Outcome, read_json
+from conformance.results import Case, Document, Failure, Outcome, assign_levels, read_json
 from opconform.capture.export import CASE_FORMAT, CASE_SCHEMA
 from opconform.capture.judge import compare
 from opconform.capture.ops import REPLAY_OPS
@@ -133,8 +133,8 @@ def judge_outputs(cases_dir, outputs_dir, *, source: str = "harness") -> tuple[D
     judged = {c for r in results for c in r.clauses}
     clauses = {k: v for k, v in spec_index.load_clauses().items() if k in judged}
     document = Document(
-        results=results,
-        clauses={c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()},
+        results=assign_levels(results, clauses),
+        clauses={c.id: c.record() for c in clauses.values()},
         backends=[source], devices=["-"],
         exitstatus=1 if any(r.outcome == Outcome.FAILED for r in results) else 0,
         duration=time.time() - started,

@@ -18,7 +18,7 @@ import torch
 
 from conformance.checks import assert_close
 from conformance.errors import ConformanceError
-from conformance.results import Case, Document, Failure, Outcome
+from conformance.results import Case, Document, Failure, Outcome, assign_levels
 from opconform.capture.ops import REPLAY_OPS, ReplayOp
 from opconform.capture.recorder import WRITTEN
 from opconform.capture.store import CaptureError, Entry, read_call, read_index
@@ -134,11 +134,11 @@ def replay(folder: str | Path, *, backend=None, device: str = "cpu") -> tuple[Do
     clauses = {k: v for k, v in spec_index.load_clauses().items() if k in judged}
     columns = sorted({c.backend for c in cases if c.backend})
     document = Document(
-        results=cases,
-        clauses={c.id: {"title": c.title, "family": c.family, "rule": c.rule} for c in clauses.values()},
+        results=assign_levels(cases, clauses),
+        clauses={c.id: c.record() for c in clauses.values()},
         backends=columns,
         devices=sorted({c.device for c in cases if c.device}),
-        exitstatus=1 if any(c.outcome == Outcome.FAILED for c in cases) else 0,
+        exitstatus=1 if any(c.outcome == Outcome.FAILED for c in cases) else 0,  # MUST failures
         duration=time.time() - started,
         meta={
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -1,5 +1,6 @@
-"""``opconform diff``: new failures (with rerun commands), fixes, changed skips, added and removed
-cases between two reports; exit 1 on a regression."""
+"""``opconform diff``: new failures (with rerun commands), new SHOULD failures, fixes, changed skips,
+added and removed cases between two reports; exit 1 on a regression (with --strict, a new SHOULD
+failure is one)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ HELP = help_for("diff")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("old", metavar="OLD.json")
     parser.add_argument("new", metavar="NEW.json")
+    parser.add_argument("--strict", action="store_true", help="a new SHOULD failure is a regression too")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,4 +35,4 @@ def run(args: argparse.Namespace) -> int:
                 print(f"    rerun: {item['rerun']}")
     if not any(changes.values()):
         print("no changes")
-    return 1 if changes["new failures"] else 0
+    return 1 if changes["new failures"] or (args.strict and changes["new SHOULD failures"]) else 0

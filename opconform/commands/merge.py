@@ -1,5 +1,5 @@
-"""``opconform merge``: several machines' reports as one matrix (exit 1 if it holds a failure,
-3 if an input run lacked a device it was asked to test)."""
+"""``opconform merge``: several machines' reports as one matrix (exit 1 if it holds a MUST failure,
+or with --strict a SHOULD one; 3 if an input run lacked a device it was asked to test)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="reports of several runs")
     parser.add_argument("--out", default=None, metavar="DIR", help="write report.json/.md/.html of the merge")
     parser.add_argument("--markdown", action="store_true", help="print the Markdown (for a CI job summary)")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on a SHOULD failure too")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,4 +35,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"opconform merge: {name}: requested device(s) absent: {listed}", file=sys.stderr)
     if absent:
         return EXIT_DEVICE_ABSENT
-    return 0 if report.conforms(document) else 1
+    return 0 if report.conforms(document, strict=args.strict) else 1

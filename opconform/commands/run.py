@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="after a clause's first failed case on a backend and device, skip "
                              "its remaining cases there (--opconform-first-failure); "
                              "exit 1 on a failure")  # fmt: skip
+    parser.add_argument("--strict", action="store_true",
+                        help="SHOULD clauses' failures fail the run too (exit 1); by default only MUST "
+                             "failures do (--opconform-strict)")  # fmt: skip
     parser.add_argument("--model", default=None, metavar="NAME",
                         help="also run the properties at a built-in model profile's parameters "
                              "(spec/models.md) and print its readiness table")  # fmt: skip
@@ -84,9 +87,11 @@ def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
     PYTHONPATH, as on a CUDA host with its own torch) no entry point loads the plugin, and the
     checkout's conftest.py is not loaded when the run starts outside the checkout: load it by name.
     """
-    # -ra: the skip reasons (the checkout's addopts has it; an installed run has no ini file).
-    command = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-ra",
-               f"--opconform-json={report_json}"]  # fmt: skip
+    # -rsxXE: the skip reasons (the checkout's addopts has -ra; an installed run has no ini file), not
+    # the failures: with --tb=no this command prints each failure once, in its own report below
+    # (pytest's FAILURES section and short summary would print each twice more). -- --tb=long undoes it.
+    command = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider",
+               "-rsxXE", "--tb=no", f"--opconform-json={report_json}"]  # fmt: skip
     if not plugin_registered():
         command += ["-p", "conformance.plugin"]
     command += [f"--backend={b}" for b in args.backend]
@@ -99,6 +104,8 @@ def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
         command.append(f"--hypothesis-profile=opconform-{args.profile}")
     if getattr(args, "first_failure", False):
         command.append("--opconform-first-failure")
+    if getattr(args, "strict", False):
+        command.append("--opconform-strict")
     if args.workers is not None:
         command += ["-n", str(args.workers)]
     elif importlib.util.find_spec("xdist") is not None:
@@ -172,7 +179,7 @@ def pytest_run(
     else (None, its document)."""
     report_json.unlink(missing_ok=True)
     command = pytest_command(args, report_json)
-    command[command.index("-ra") + 1 : command.index("-ra") + 1] = extra
+    command[command.index("-rsxXE") + 1 : command.index("-rsxXE") + 1] = extra
     if args.workers is None and "-n" not in command:
         print("opconform run: pytest-xdist is not installed: the cases run in one process, and a backend "
               "that kills it ends the run without a report", file=sys.stderr)  # fmt: skip
@@ -238,4 +245,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"opconform run: no case ran (pytest exit {document.get('exitstatus')}: nothing collected, "
               "or every case deselected): the matrix is empty", file=sys.stderr)  # fmt: skip
         return EXIT_EMPTY
-    return 0 if report.conforms(document) else 1
+    print(verdict_line(document, strict=args.strict))
+    return 0 if report.conforms(document, strict=args.strict) else 1
+
+
+def verdict_line(document: dict, *, strict: bool) -> str:
+    """The run's last line: its MUST and SHOULD failure counts and what they do to the exit status."""
+    must, should = len(report.failures(document)), len(report.failures(document, level=report.SHOULD))
+    said = f"{must} MUST failure{'s' * (must != 1)}" if must else "no MUST failure"
+    said += f", {should} SHOULD failure{'s' * (should != 1)}"
+    if should and not strict:
+        said += " (robustness the field does not promise; --strict fails the run on them)"
+    return f"opconform run: {said}"

@@ -1,0 +1,77 @@
+"""Which backends and devices a run tests: ``--backend``, ``--backend-module`` (its backends are
+selected automatically), the installed entry points, ``--device``; every mistake is one usage
+error naming the option."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.devices import KNOWN_DEVICE_TYPES, present_devices
+
+
+def _registry():
+    """The ``backends`` registry, imported only once the plugin is active (never in an unrelated run)."""
+    import backends
+
+    return backends
+
+
+def _load_module_backends(spec: str) -> list:
+    """``--backend-module spec``'s backends; any error importing it is a one-line usage error."""
+    registry = _registry()
+    try:
+        loaded = registry.load_backend_module(spec)
+    except registry.BackendError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - a SyntaxError, RuntimeError... raised by the user's module
+        raise pytest.UsageError(
+            f"--backend-module {spec}: importing it raised {type(exc).__name__}: {exc}"
+        ) from exc
+    clashing = sorted({b.name for b in loaded} & set(registry.BUILTIN))
+    if clashing:
+        raise pytest.UsageError(
+            f"--backend-module {spec}: backend(s) {clashing} have the name of a built-in backend; "
+            "give them another name"
+        )
+    return loaded
+
+
+def _entry_point_backends() -> list:
+    """The installed entry points' backends; one that raises on load is a one-line usage error."""
+    registry = _registry()
+    try:
+        return registry.entry_point_backends()
+    except registry.BackendError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the installed package's module raises
+        raise pytest.UsageError(
+            f"an installed {registry.ENTRY_POINT_GROUP!r} entry point raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def backends(config) -> list:
+    registry = _registry()
+    names = config.getoption("backend")
+    module_specs = config.getoption("backend_module")
+    try:
+        from_modules = [b for spec in module_specs for b in _load_module_backends(spec)]
+        if not names and from_modules:
+            return registry.unique_by_name(from_modules)
+        known = registry.unique_by_name(registry.builtin_backends() + _entry_point_backends() + from_modules)
+    except registry.BackendError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    if not names:
+        return known
+    by_name = {b.name: b for b in known}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise pytest.UsageError(f"--backend: unknown backend(s) {unknown}; known: {sorted(by_name)}")
+    return registry.unique_by_name([by_name[n] for n in names] + from_modules)
+
+
+def devices(config) -> list[str]:
+    devices = config.getoption("device") or present_devices()
+    unknown = [d for d in devices if d not in KNOWN_DEVICE_TYPES]
+    if unknown:
+        raise pytest.UsageError(f"--device: unknown device(s) {unknown}; expected {KNOWN_DEVICE_TYPES}")
+    return list(dict.fromkeys(devices))
