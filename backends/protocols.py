@@ -368,7 +368,8 @@ class KVCacheOps(Protocol):
         v_scale: torch.Tensor | None = None,
     ) -> None:
         """key [T, H, Dk], value [T, H, Dv] or None, caches [num_blocks, bs, H, D*] (any strides),
-        slot_mapping [T] int32/int64 (negative: padding); fp8 caches take float32 scales."""
+        slot_mapping [T'] int32/int64, T' <= T (negative, and rows past T': padding); fp8 caches take
+        float32 scales."""
         ...
 
 

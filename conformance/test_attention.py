@@ -14,7 +14,13 @@ from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.attention import ERRORS
 from conformance.checks import assert_close, check_raises, describe
-from conformance.strategies.attention import attention_recipes, decode_lengths, softmax_scales, windows_inside
+from conformance.strategies.attention import (
+    METADATA_VIEWS,
+    attention_recipes,
+    decode_lengths,
+    softmax_scales,
+    windows_inside,
+)
 from conformance.strategies.common import strided_view
 from conformance.strategies.masks import PADDING_PATTERNS, make_padding_mask, windows
 from conformance.strategies.nan import excused_rows, nan_sites, put_nan
@@ -56,7 +62,7 @@ def random_allowed(batch, q_len, kv_len, seed, device, *, strided=False):
 def lengths_argument(seq_lens, recipe, device):
     """decode's seq_lens on ``device``, a strided view in the recipe's "views" examples."""
     on_device = seq_lens.to(device)
-    return strided_view(on_device) if recipe.layout == "views" else on_device
+    return strided_view(on_device) if recipe.layout == METADATA_VIEWS else on_device
 
 
 @pytest.mark.clause("ATTN")
@@ -64,14 +70,28 @@ def lengths_argument(seq_lens, recipe, device):
 @given(recipe=attention_recipes(same_len=False, max_len=64))
 def test_attention_matches_oracle(backend, device, recipe):
     """attention with an arbitrary bool mask matches ATTN; rows with no allowed key are zeros."""
+    _check_attention(backend, device, recipe, clause="ATTN")
+
+
+def _check_attention(backend, device, recipe, *, clause: str) -> None:
     q, k, v = recipe.make(device)
-    allowed = random_allowed(
-        recipe.batch, recipe.q_len, recipe.kv_len, recipe.seed, device, strided=recipe.layout == "views"
-    )
+    strided = recipe.layout == METADATA_VIEWS
+    allowed = random_allowed(recipe.batch, recipe.q_len, recipe.kv_len, recipe.seed, device, strided=strided)
     scale = recipe.attention_scale
     out = backend.attention(q, k, v, allowed=allowed, scale=scale)
     want = oracle.attention(q.cpu(), k.cpu(), v.cpu(), allowed=allowed.cpu(), scale=scale)
-    compare(out, want, v, clause="ATTN", context=describe(backend, device, "attention", recipe=recipe))
+    compare(out, want, v, clause=clause, context=describe(backend, device, "attention", recipe=recipe))
+
+
+SHOULD_VIEWS = {"layouts": (METADATA_VIEWS,), "max_len": 48}
+
+
+@pytest.mark.clause("ATTN-METADATA-VIEWS")
+@pytest.mark.op("attention")
+@given(recipe=attention_recipes(same_len=False, **SHOULD_VIEWS))
+def test_should_read_a_strided_mask(backend, device, recipe):
+    """A bool mask given as every other element of a buffer is read through its strides."""
+    _check_attention(backend, device, recipe, clause="ATTN-METADATA-VIEWS")
 
 
 def padding_argument(padding_mask, device, data, recipe):
@@ -81,7 +101,7 @@ def padding_argument(padding_mask, device, data, recipe):
         return None
     on_device = padding_mask.to(device)
     on_device = on_device.long() if data.draw(st.booleans(), label="int64 padding mask") else on_device
-    return strided_view(on_device) if recipe.layout == "views" else on_device
+    return strided_view(on_device) if recipe.layout == METADATA_VIEWS else on_device
 
 
 @pytest.mark.clause("ATTN-PREFILL")
@@ -89,6 +109,18 @@ def padding_argument(padding_mask, device, data, recipe):
 @given(data=st.data(), recipe=attention_recipes(), padding=st.sampled_from(PADDING_PATTERNS))
 def test_prefill_matches_oracle(backend, device, data, recipe, padding):
     """prefill_attention matches ATTN with MASK-ENC on every real (unpadded) query row."""
+    _check_prefill(backend, device, data, recipe, padding, clause="ATTN-PREFILL")
+
+
+@pytest.mark.clause("ATTN-METADATA-VIEWS")
+@pytest.mark.op("prefill_attention")
+@given(data=st.data(), recipe=attention_recipes(**SHOULD_VIEWS), padding=st.sampled_from(PADDING_PATTERNS))
+def test_should_read_a_strided_padding_mask(backend, device, data, recipe, padding):
+    """A padding mask given as every other element of a buffer is read through its strides."""
+    _check_prefill(backend, device, data, recipe, padding, clause="ATTN-METADATA-VIEWS")
+
+
+def _check_prefill(backend, device, data, recipe, padding, *, clause: str) -> None:
     sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
     padding_mask = make_padding_mask(padding, recipe.batch, recipe.kv_len, recipe.seed)
     q, k, v = recipe.make(device)
@@ -103,7 +135,7 @@ def test_prefill_matches_oracle(backend, device, data, recipe, padding):
     context = describe(
         backend, device, "prefill_attention", recipe=recipe, sliding_window=sliding_window, padding=padding
     )
-    compare(out, want, v, clause="ATTN-PREFILL", context=context, rows=padding_mask, valid_keys=padding_mask)
+    compare(out, want, v, clause=clause, context=context, rows=padding_mask, valid_keys=padding_mask)
 
 
 @pytest.mark.clause("ATTN-PREFILL")
@@ -137,6 +169,18 @@ def poison_stale_rows(cache: torch.Tensor, seq_lens: torch.Tensor, value: float)
 )
 def test_decode_matches_oracle(backend, device, data, recipe, poison):
     """decode_attention matches row L - 1 of the prefill; stale cache rows (NaN, 1e30) are never read."""
+    _check_decode(backend, device, data, recipe, poison, clause="ATTN-DECODE")
+
+
+@pytest.mark.clause("ATTN-METADATA-VIEWS")
+@pytest.mark.op("decode_attention")
+@given(data=st.data(), recipe=attention_recipes(same_len=False, q_len=1, **SHOULD_VIEWS))
+def test_should_read_strided_seq_lens(backend, device, data, recipe):
+    """decode's seq_lens given as every other element of a buffer are read through their strides."""
+    _check_decode(backend, device, data, recipe, float("nan"), clause="ATTN-METADATA-VIEWS")
+
+
+def _check_decode(backend, device, data, recipe, poison, *, clause: str) -> None:
     seq_lens = data.draw(decode_lengths(recipe.batch, recipe.kv_len), label="seq_lens")
     sliding_window = data.draw(windows(recipe.kv_len), label="sliding_window")
     q, k, v = recipe.make(device)
@@ -161,7 +205,7 @@ def test_decode_matches_oracle(backend, device, data, recipe, poison):
         backend, device, "decode_attention", recipe=recipe, seq_lens=seq_lens.tolist(),
         sliding_window=sliding_window, stale_rows=poison,
     )  # fmt: skip
-    compare(out, want, v, clause="ATTN-DECODE", context=context, valid_keys=valid_keys)
+    compare(out, want, v, clause=clause, context=context, valid_keys=valid_keys)
 
 
 @pytest.mark.clause("PREFILL-DECODE")

@@ -84,9 +84,10 @@ def test_write_matches_oracle(backend, device, recipe):
 
 @pytest.mark.clause("KV-PAD")
 @pytest.mark.op("write_kv_cache")
-@given(recipe=write_recipes(padding=(True,)))
+@given(recipe=write_recipes(padding=(True,), graph_padding=(0, 3)))
 def test_padded_tokens_are_skipped(backend, device, recipe):
-    """Tokens with a negative slot, anywhere in the batch, write nothing (the last slot keeps its value)."""
+    """Tokens with a negative slot, anywhere in the batch, and key/value rows past slot_mapping's length
+    write nothing (the last slot keeps its value)."""
     check_write(backend, device, recipe, clause="KV-PAD")
 
 
@@ -117,6 +118,18 @@ def test_every_page_size(backend, device, recipe):
 def test_strided_caches_and_inputs(backend, device, recipe):
     """HND caches as transpose views, halves of combined buffers, key/value as qkv-projection views."""
     check_write(backend, device, recipe, clause="KV-LAYOUT")
+
+
+@pytest.mark.clause("KV-METADATA-VIEWS")
+@pytest.mark.op("write_kv_cache")
+@NARROW_EXAMPLES
+@given(recipe=write_recipes(pages=PAGE_SIZES, metadata_layouts=("views",)))
+def test_should_read_metadata_views(backend, device, recipe):
+    """slot_mapping (and a per-head fp8 scale) as every other element of a buffer: the same write."""
+    if recipe.seed % 2:  # half the examples quantize, so a per-head scale view is drawn too
+        fp8 = FP8[recipe.seed % 4 // 2]
+        recipe = dataclasses.replace(recipe, cache_dtype=fp8, scale_shape=(recipe.heads,), cache_layout="nhd")
+    check_write(backend, device, recipe, clause="KV-METADATA-VIEWS")
 
 
 @pytest.mark.clause("KV-HEAD-DIMS")
@@ -197,25 +210,38 @@ FP8_READ = serving_recipes(dtypes=F32, cache_layouts=("separate",), batch=2)
 @given(data=st.data(), recipe=FP8_READ, fp8=st.sampled_from(FP8))
 def test_fp8_caches_are_read_with_their_scales(backend, device, data, recipe, fp8):
     """paged_attention on fp8 caches with k_scale / v_scale equals SERVE on value * scale; per-head
-    scales (two kv heads, first in the draw order) come as strided views, per-tensor ones as [] or [1]."""
-    _skip_without_fp8(backend)
+    scales (two kv heads, first in the draw order) as [Hkv], per-tensor ones as [] or [1]."""
     kind = data.draw(st.sampled_from(("per-head", "tensor", "one")), label="scale_kind")
-    if kind == "per-head":
+    _check_fp8_read(backend, device, data, recipe, fp8, kind, clause="KV-FP8-READ")
+
+
+@pytest.mark.clause("KV-METADATA-VIEWS")
+@pytest.mark.op("paged_attention")
+@FP8_READ_EXAMPLES
+@given(data=st.data(), recipe=FP8_READ, fp8=st.sampled_from(FP8))
+def test_should_read_per_head_scale_views(backend, device, data, recipe, fp8):
+    """Per-head k_scale / v_scale as every other element of a buffer, on the read: KV-FP8-READ's result."""
+    _check_fp8_read(backend, device, data, recipe, fp8, "per-head view", clause="KV-METADATA-VIEWS")
+
+
+def _check_fp8_read(backend, device, data, recipe, fp8, kind: str, *, clause: str) -> None:
+    _skip_without_fp8(backend)
+    if kind.startswith("per-head"):
         recipe = dataclasses.replace(recipe, kv_heads=2)
     opts = options(recipe, sliding_window=data.draw(windows(recipe), label="sliding_window"))
     batch = recipe.make(device)
-    shape = {"per-head": (recipe.kv_heads,), "tensor": (), "one": (1,)}[kind]
+    shape = (recipe.kv_heads,) if kind.startswith("per-head") else {"tensor": (), "one": (1,)}[kind]
     (k8, ks), (v8, vs) = _fp8_caches(batch, fp8, shape, torch.Generator().manual_seed(recipe.seed))
-    view = strided_view if kind == "per-head" else (lambda t: t)  # every other element of a buffer
+    view = strided_view if kind == "per-head view" else (lambda t: t)
     args, meta = batch.args()
     out = backend.paged_attention(args[0], k8.to(device), v8.to(device), **meta, **opts,
                                   k_scale=view(ks.to(device)), v_scale=view(vs.to(device)))  # fmt: skip
     cpu = batch.cpu().args()
     want = serving.paged_attention(cpu[0][0], k8, v8, **cpu[1], **opts, k_scale=ks, v_scale=vs)
     context = describe(
-        backend, device, "paged_attention, fp8 caches", recipe=recipe, fp8=fp8, scale_shape=shape
+        backend, device, "paged_attention, fp8 caches", recipe=recipe, fp8=fp8, scale_shape=shape, scales=kind
     )
-    compare(out, want, batch, clause="KV-FP8-READ", context=context)
+    compare(out, want, batch, clause=clause, context=context)
 
 
 def _skip_without_fp8(backend) -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.masks import ERRORS
 from conformance.checks import check, describe
-from conformance.strategies.common import strided_view
+from conformance.strategies.common import row_strided_view, strided_view
 from conformance.strategies.masks import decode_mask_cases, mask_cases
 from reference import masks as oracle
 
@@ -91,16 +91,35 @@ def test_encoder_mask_matches_oracle(backend, device, case):
     check_mask(got, want, device=device, clause="MASK-ENC", context=context, relation=explain)
 
 
+INTEGER_PADDING = mask_cases(max_seq_len=64, paddings=("right", "left", "holes"))
+
+
 @pytest.mark.clause("MASK-ENC")
 @pytest.mark.op("encoder_attention_mask")
-@given(case=mask_cases(max_seq_len=64, paddings=("right", "left", "holes")), strided=st.booleans())
-def test_encoder_mask_accepts_integer_padding(backend, device, case, strided):
-    """A 0/1 int64 padding mask, contiguous or a strided view, gives the same mask as its bool form
-    (device given, or omitted: then the padding mask's)."""
+@given(case=INTEGER_PADDING, device_given=st.booleans(), sliced=st.booleans())
+def test_encoder_mask_accepts_integer_padding(backend, device, case, device_given, sliced):
+    """A 0/1 int64 padding mask, contiguous or the leading columns of a wider one, gives the same mask
+    as its bool form (device given, or omitted: then the padding mask's)."""
+    layout = "column-slice" if sliced else "contiguous"
+    _check_integer_padding(backend, device, case, layout=layout, device_given=device_given, clause="MASK-ENC")
+
+
+@pytest.mark.clause("MASK-VIEWS")
+@pytest.mark.op("encoder_attention_mask")
+@given(case=INTEGER_PADDING)
+def test_should_read_a_strided_padding_mask(backend, device, case):
+    """A 0/1 int64 padding mask given as every other element of a buffer: its bool form's mask."""
+    _check_integer_padding(backend, device, case, layout="strided", device_given=True, clause="MASK-VIEWS")
+
+
+PADDING_VIEWS = {"contiguous": lambda t: t, "column-slice": row_strided_view, "strided": strided_view}
+
+
+def _check_integer_padding(backend, device, case, *, layout: str, device_given: bool, clause: str) -> None:
     padding_mask = case.padding_mask().to(device)
-    given_mask = strided_view(padding_mask.long()) if strided else padding_mask.long()
+    given_mask = PADDING_VIEWS[layout](padding_mask.long())
     # device omitted every other draw: MASK-ENC's default is the padding mask's device
-    where = {"device": device} if strided else {}
+    where = {"device": device} if device_given else {}
     got = backend.encoder_attention_mask(
         case.seq_len, sliding_window=case.sliding_window, padding_mask=given_mask, **where
     )
@@ -108,19 +127,31 @@ def test_encoder_mask_accepts_integer_padding(backend, device, case, strided):
         case.seq_len, sliding_window=case.sliding_window, padding_mask=padding_mask
     )
     context = describe(
-        backend, device, "encoder_attention_mask", seq_len=case.seq_len, padding="int64 0/1", strided=strided
+        backend, device, "encoder_attention_mask", seq_len=case.seq_len, padding="int64 0/1", layout=layout
     )
     explain = lambda where, value: encoder_relation(  # noqa: E731 - bound to this case's inputs
         where, value, sliding_window=case.sliding_window, padding_mask=padding_mask.cpu()
     )
-    check_mask(got, want, device=device, clause="MASK-ENC", context=context, relation=explain)
+    check_mask(got, want, device=device, clause=clause, context=context, relation=explain)
 
 
 @pytest.mark.clause("MASK-SWA-DECODE", "MASK-DTYPE")
 @pytest.mark.op("swa_decode_mask")
-@given(case=decode_mask_cases(), strided=st.booleans())
-def test_swa_decode_mask_matches_oracle(backend, device, case, strided):
-    """The decode mask equals MASK-SWA-DECODE exactly (True = masked out), seq_lens contiguous or a view."""
+@given(case=decode_mask_cases())
+def test_swa_decode_mask_matches_oracle(backend, device, case):
+    """The decode mask equals MASK-SWA-DECODE exactly (True = masked out)."""
+    _check_decode_mask(backend, device, case, strided=False, clause="MASK-SWA-DECODE")
+
+
+@pytest.mark.clause("MASK-VIEWS")
+@pytest.mark.op("swa_decode_mask")
+@given(case=decode_mask_cases())
+def test_should_read_strided_seq_lens(backend, device, case):
+    """seq_lens given as every other element of a buffer: MASK-SWA-DECODE's mask."""
+    _check_decode_mask(backend, device, case, strided=True, clause="MASK-VIEWS")
+
+
+def _check_decode_mask(backend, device, case, *, strided: bool, clause: str) -> None:
     seq_lens, kv_len, window = case
     given_lens = strided_view(seq_lens.to(device)) if strided else seq_lens.to(device)
     got = backend.swa_decode_mask(given_lens, kv_len, window=window)
@@ -130,7 +161,7 @@ def test_swa_decode_mask_matches_oracle(backend, device, case, strided):
         strided=strided,
     )  # fmt: skip
     explain = lambda where, value: decode_relation(where, value, seq_lens=seq_lens, window=window)  # noqa: E731
-    check_mask(got, want, device=device, clause="MASK-SWA-DECODE", context=context, relation=explain)
+    check_mask(got, want, device=device, clause=clause, context=context, relation=explain)
 
 
 CONVERTERS = ["flash_attention_window", "cann_prefill_tokens", "decode_mask_window"]

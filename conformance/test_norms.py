@@ -39,6 +39,8 @@ FUSED_OPS = _ops("fused_add_rms_norm", "gemma_fused_add_rms_norm")
 # self-tests run the field's formulas on these very draws (tests/test_reference_norms.py).
 SMALL = 1 << 12
 VIEW_RECIPES = norm_inputs(layouts=LAYOUTS[1:], max_numel=SMALL)
+# NORM-LAYOUT: the view the field hands a norm kernel, x as rows of a wider buffer (a q/k split).
+ROW_STRIDED_RECIPES = norm_inputs(layouts=("row-strided",), max_numel=SMALL)
 MIXED_RECIPES = mixed_inputs(max_numel=SMALL)
 
 
@@ -147,22 +149,36 @@ def test_should_reject_bad_input(backend, device, case):
 
 
 @pytest.mark.clause("NORM-LAYOUT")
+@pytest.mark.parametrize("op", SINGLE_OPS)
+@given(recipe=ROW_STRIDED_RECIPES)
+def test_row_strided_x_gives_the_oracle(backend, device, op, recipe):
+    """x as rows of a wider buffer (NaN around them), the weight contiguous: the oracle's values of
+    the viewed elements, in x's dtype, and x left unchanged."""
+    x, residual, weight = recipe.make(device)
+    _check_views(backend, device, op, recipe, x, residual, weight.contiguous(), clause="NORM-LAYOUT")
+
+
+@pytest.mark.clause("NORM-VIEWS")
 @pytest.mark.parametrize("op", SINGLE_OPS + FUSED_OPS)
 @given(recipe=VIEW_RECIPES)
-def test_views_give_the_oracle(backend, device, op, recipe):
+def test_should_accept_views(backend, device, op, recipe):
     """x and residual as row-strided, strided or transposed views and weight as a strided view
     (NaN around them in memory) give the oracle's values of the viewed elements, in x's dtype,
     and are left unchanged."""
     x, residual, weight = recipe.make(device)
+    _check_views(backend, device, op, recipe, x, residual, weight, clause="NORM-VIEWS")
+
+
+def _check_views(backend, device, op, recipe, x, residual, weight, *, clause: str) -> None:
     before = (x.clone(), residual.clone(), weight.clone())
     got, want = _call(backend, op, x, residual, weight, recipe.eps)
     context = f"{describe(backend, device, op, eps=recipe.eps)}: {recipe.describe()}"
     for name, a, e in zip(_names(op), got, want, strict=True):
-        assert_close(a, e, clause="NORM-LAYOUT", family=FAMILY, context=f"{context}: {name}",
+        assert_close(a, e, clause=clause, family=FAMILY, context=f"{context}: {name}",
                      dtype=x.dtype, device=device)  # fmt: skip
     check(
         all(torch.equal(t, b) for t, b in zip((x, residual, weight), before, strict=True)),
-        clause="NORM-LAYOUT",
+        clause=clause,
         message=f"{context}: an input view was modified in place",
     )
 

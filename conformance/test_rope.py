@@ -154,21 +154,44 @@ def test_output_dtype_and_wide_compute(backend, device, recipe, is_neox_style):
 @pytest.mark.clause("ROPE-PURE")
 @pytest.mark.op("rotary_embedding")
 @FEWER
-@given(recipe=rope_recipes(strided=True), is_neox_style=st.booleans())
+@given(recipe=rope_recipes(qkv_split=True), is_neox_style=st.booleans())
 def test_inputs_are_left_unchanged(backend, device, recipe, is_neox_style):
-    """Contiguous inputs (which an in-place kernel's ``.contiguous()`` does not copy) and strided
-    views of every input give the oracle's values and are not written to."""
-    for case in (dataclasses.replace(recipe, strided=False), recipe):
+    """Contiguous inputs (which an in-place kernel's ``.contiguous()`` does not copy) and q, k as
+    views of one qkv projection give the oracle's values and are not written to."""
+    _check_pure(backend, device, (dataclasses.replace(recipe, qkv_split=False), recipe), is_neox_style)
+
+
+@pytest.mark.clause("ROPE-VIEWS")
+@pytest.mark.op("rotary_embedding")
+@FEWER
+@given(recipe=rope_recipes(strided=True), is_neox_style=st.booleans())
+def test_should_accept_views(backend, device, recipe, is_neox_style):
+    """positions, q, k and the cache as every other element of a buffer: the oracle's values, and
+    nothing written to."""
+    _check_pure(backend, device, (recipe,), is_neox_style, clause="ROPE-VIEWS")
+
+
+@pytest.mark.clause("ROPE-VIEWS")
+@pytest.mark.op("mrope")
+@FEWER
+@given(is_neox_style=st.booleans(), recipe=rope_recipes(mrope=True, strided=True))
+def test_should_accept_mrope_views(backend, device, is_neox_style, recipe):
+    """mrope's [3, T] positions, q, k and the cache as every other element of a buffer: the oracle's."""
+    _compare(backend, device, recipe, is_neox_style, "ROPE-VIEWS", op="mrope")
+
+
+def _check_pure(backend, device, cases, is_neox_style, *, clause="ROPE-PURE") -> None:
+    for case in cases:
         positions, q, k, cache = case.make(device)
         before = [t.clone() for t in (positions, q, k, cache)]
         backend.rotary_embedding(positions, q, k, cache, is_neox_style=is_neox_style)
         check(
             all(torch.equal(t, b) for t, b in zip((positions, q, k, cache), before, strict=True)),
-            clause="ROPE-PURE",
+            clause=clause,
             message=f"{describe(backend, device, 'rotary_embedding')}: {case.describe()}: "
             "an input was modified in place",
         )
-        _compare(backend, device, case, is_neox_style, "ROPE-PURE")
+        _compare(backend, device, case, is_neox_style, clause)
 
 
 @pytest.mark.clause("ROPE-RELATIVE")
@@ -189,6 +212,8 @@ def test_scores_depend_on_position_differences(backend, device, recipe, shift, i
     moved = backend.rotary_embedding(positions + shift, q, k1, longer, is_neox_style=is_neox_style)
     context = f"{describe(backend, device, 'rotary_embedding')}: {recipe.describe()}, shift {shift}"
     dots = [(a.double() * b.double()).sum(-1) for a, b in (base, moved)]
+    # One side's allowance (ROPE-TOL's float32 row over the dot product); a metamorphic comparison
+    # allows both sides' (assert_close, TOL-TABLE).
     bound = (q.double().abs() * k1.double().abs()).sum(-1) * 4e-6
     tol = tolerance(FAMILY, torch.float32)
     assert_close(
@@ -236,23 +261,24 @@ def test_mrope_sections(backend, device, is_neox_style, recipe):
     dtype=st.sampled_from((torch.float32, torch.float64)),
     attention_factor=st.sampled_from((1.0, 1.35, 0.8)),
     positions_dtype=st.sampled_from((torch.int64, torch.int32)),
-    strided=st.booleans(),
 )
-def test_cos_sin_rows(
-    backend, device, rotary_dim, positions, dtype, attention_factor, positions_dtype, strided
-):
+def test_cos_sin_rows(backend, device, rotary_dim, positions, dtype, attention_factor, positions_dtype):
     """Row p is cat(cos, sin)(p f) * attention_factor, in inv_freq's dtype."""
-    _check_cos_sin(
-        backend,
-        device,
-        rotary_dim,
-        positions,
-        dtype,
-        attention_factor,
-        positions_dtype,
-        strided,
-        "ROPE-COS-SIN",
-    )
+    args = (rotary_dim, positions, dtype, attention_factor, positions_dtype)
+    _check_cos_sin(backend, device, *args, False, "ROPE-COS-SIN")
+
+
+@pytest.mark.clause("ROPE-VIEWS")
+@pytest.mark.op("rope_cos_sin")
+@FEWER
+@given(
+    rotary_dim=st.sampled_from((2, 8, 64)),
+    positions=st.lists(st.one_of(st.integers(0, 63), st.integers(100000, 262143)), min_size=1, max_size=8),
+)
+def test_should_accept_cos_sin_views(backend, device, rotary_dim, positions):
+    """positions and inv_freq as every other element of a buffer: the rows of their copies."""
+    args = (rotary_dim, positions, torch.float32, 1.0, torch.int64)
+    _check_cos_sin(backend, device, *args, True, "ROPE-VIEWS")
 
 
 @pytest.mark.clause("ROPE-LONG")
@@ -264,7 +290,8 @@ def test_cos_sin_rows(
 )
 def test_long_positions_keep_float32_angles(backend, device, positions, rotary_dim):
     """Positions past 100k (and below 64, where a bfloat16 cos shows) within the float32 allowance."""
-    _check_cos_sin(backend, device, rotary_dim, positions, torch.float32, 1.0, torch.int64, True, "ROPE-LONG")
+    args = (rotary_dim, positions, torch.float32, 1.0, torch.int64)
+    _check_cos_sin(backend, device, *args, False, "ROPE-LONG")
 
 
 def _check_cos_sin(
@@ -300,7 +327,9 @@ def test_kernel_args_select_the_style(backend, device, is_neox_style):
     args = backend.rope_kernel_args(is_neox_style)
     context = describe(backend, device, "rope_kernel_args", is_neox_style=is_neox_style)
     check(isinstance(args, dict) and args, clause="ROPE-KERNEL-ARGS", message=f"{context}: returned {args!r}")
-    for api, values in args.items():
+    unknown = [api for api in args if not oracle.known_kernel_api(api)]
+    for api in (api for api in args if api not in unknown):
+        values = args[api]
         try:
             style = oracle.kernel_style(api, values)
         except ValueError as error:
@@ -310,6 +339,11 @@ def test_kernel_args_select_the_style(backend, device, is_neox_style):
             clause="ROPE-KERNEL-ARGS",
             message=f"{context}: {api} gets {values!r}, which selects {'NeoX' if style else 'GPT-J'}",
         )
+    if unknown:  # an API the table does not know: its spelling is not judged, never failed
+        judged = sorted(set(args) - set(unknown))
+        others = f"the others conform: {', '.join(judged)}" if judged else "nothing else was returned"
+        known = sorted(oracle.KERNEL_FLAGS)
+        pytest.skip(f"not judged: ROPE-KERNEL-ARGS' table has no API {unknown} (it knows {known}); {others}")
 
 
 @pytest.mark.clause("ROPE-ERRORS")

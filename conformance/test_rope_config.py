@@ -33,7 +33,7 @@ def _compare_freq(backend, device, drawn, clause: str) -> None:
     got = backend.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
     want, factor = oracle.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
     call = describe(backend, device, "rope_inv_freq", seq_len=seq_len, layer_type=layer_type)
-    context = f"{call}: {vars(config)}"
+    context = f"{call}: {config if isinstance(config, dict) else vars(config)}"
     check(
         isinstance(got, tuple | list) and len(got) == 2,
         clause=clause,
@@ -114,20 +114,40 @@ def test_per_layer_rope(backend, device, drawn):
     _compare_freq(backend, device, drawn, "ROPE-LAYER")
 
 
+_GEMMA3_JSON = {
+    "head_dim": 256,
+    "max_position_embeddings": 131072,
+    "rope_theta": 1e6,
+    "rope_local_base_freq": 1e4,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+}
+# Gemma3's config.json forms: both bases given (no model_type needed), then a gemma3_text config that
+# leaves out rope_theta and/or rope_local_base_freq (Gemma3TextConfig's defaults 1e6 and 1e4), each as
+# an object and as the plain dict of a config.json.
+_GEMMA3_CASES = {
+    "both-bases": _GEMMA3_JSON,
+    "no-rope-theta": {**_GEMMA3_JSON, "model_type": "gemma3_text", "rope_theta": None},
+    "no-local-base": {**_GEMMA3_JSON, "model_type": "gemma3_text", "rope_local_base_freq": None},
+    "no-bases": {
+        **_GEMMA3_JSON,
+        "model_type": "gemma3_text",
+        "rope_theta": None,
+        "rope_local_base_freq": None,
+    },  # fmt: skip
+}
+
+
 @pytest.mark.clause("ROPE-LAYER")
 @pytest.mark.op("rope_inv_freq")
+@pytest.mark.parametrize("form", ["object", "dict"])
+@pytest.mark.parametrize("case", sorted(_GEMMA3_CASES))
 @pytest.mark.parametrize("layer_type", ["sliding_attention", "full_attention"])
-def test_gemma3_config_json(backend, device, layer_type):
-    """Gemma3's config.json form: rope_local_base_freq for sliding layers, rope_theta and rope_scaling
-    for full ones."""
-    config = SimpleNamespace(
-        head_dim=256,
-        max_position_embeddings=131072,
-        rope_theta=1e6,
-        rope_local_base_freq=1e4,
-        rope_scaling={"rope_type": "linear", "factor": 8.0},
-        layer_types=["sliding_attention"] * 5 + ["full_attention"],
-    )
+def test_gemma3_config_json(backend, device, layer_type, case, form):
+    """Gemma3's config.json form: rope_local_base_freq (default 1e4, default type) for sliding layers,
+    rope_theta (default 1e6) and rope_scaling for full ones; a left-out base takes Gemma3's default."""
+    fields = {key: value for key, value in _GEMMA3_CASES[case].items() if value is not None}
+    config = SimpleNamespace(**fields) if form == "object" else fields
     _compare_freq(backend, device, (config, None, layer_type), "ROPE-LAYER")
 
 

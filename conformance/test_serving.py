@@ -16,6 +16,7 @@ from conformance.checks import assert_close, describe
 from conformance.strategies.common import strided_view
 from conformance.strategies.nan import compared_serving_rows, serving_nan_sites
 from conformance.strategies.serving import (
+    METADATA_VIEWS,
     MIXED_DIMS,
     POISONS,
     SOME_LONG,
@@ -47,12 +48,12 @@ def options(recipe, *, sliding_window=None, softcap=None, sinks=None) -> dict:
 
 def run(impl, batch, opts: dict, device=None):
     """``impl.paged_attention`` on ``batch`` (sinks moved to ``device``, the batch's by default, and a
-    strided view there when the batch's metadata are: SERVE-LAYOUT)."""
+    strided view there when the batch's metadata are: SERVE-METADATA-VIEWS)."""
     args, meta = batch.args()
     sinks = opts["sinks"]
     if sinks is not None:
         sinks = sinks.to(device or batch.device)
-        sinks = strided_view(sinks) if batch.recipe.metadata_layout == "views" else sinks
+        sinks = strided_view(sinks) if batch.recipe.metadata_layout == METADATA_VIEWS else sinks
     moved = {**opts, "sinks": sinks}
     return impl.paged_attention(*args, **meta, **moved)
 

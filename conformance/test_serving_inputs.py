@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 from conformance.strategies.serving import (
     CACHE_LAYOUTS,
     METADATA_LAYOUTS,
+    METADATA_VIEWS,
     POISONS,
     Q_LAYOUTS,
     serving_recipes,
     windows,
 )
-from conformance.test_serving import check_oracle
+from conformance.test_serving import check_oracle, draw_sinks
 
 # Neither a view's strides nor the scale needs wide heads or several sequences (the other serving
 # properties draw both with these views and scales too).
@@ -53,11 +54,23 @@ def test_long_sequences_match_oracle(backend, device, data, recipe, poison):
 )
 def test_views_are_read_through_their_strides(backend, device, data, recipe):
     """q a slice of a fused qkv projection, the caches the halves of one [num_blocks, 2, ...] buffer
-    or an HND cache's transpose, the metadata strided: the output is the oracle's on the same
-    values. (Dv != Dqk, whose caches are the column ranges of one buffer, is drawn by
+    or an HND cache's transpose, block_table the leading columns of a wider one: the output is the
+    oracle's on the same values. (Dv != Dqk, whose caches are the column ranges of one buffer, is drawn by
     SERVE-HEAD-DIMS.)"""
     window = data.draw(windows(recipe), label="sliding_window")
     check_oracle(backend, device, recipe, clause="SERVE-LAYOUT", sliding_window=window)
+
+
+@pytest.mark.clause("SERVE-METADATA-VIEWS")
+@pytest.mark.op("paged_attention")
+@given(data=st.data(), recipe=serving_recipes(dims=SMALL_DIMS, metadata_layouts=(METADATA_VIEWS,)))
+def test_should_read_metadata_views(backend, device, data, recipe):
+    """cu_seqlens_q, seq_lens and sinks as every other element of a buffer (block_table the leading
+    columns of a wider one): the output is the oracle's on the same values."""
+    window = data.draw(windows(recipe), label="sliding_window")
+    with_sinks = data.draw(st.booleans(), label="with_sinks")
+    sinks = draw_sinks(data, recipe, in_q_dtype=False) if with_sinks else None
+    check_oracle(backend, device, recipe, clause="SERVE-METADATA-VIEWS", sliding_window=window, sinks=sinks)
 
 
 @pytest.mark.clause("ATTN-SCALE")

@@ -89,6 +89,10 @@ def test_prefill_and_decode_keep_the_same_window(backend, device, window):
     check(isinstance(args, dict) and {"prefill", "decode"} <= set(args), clause="SERVE-WINDOW-ARGS",
           message=f"backend {backend.name!r}: window_kernel_args({window}) = {args!r}; expected a dict "
           "with 'prefill' and 'decode'")  # fmt: skip
+    unknown = [path for path in ("prefill", "decode") if not serving.known_window_api(args[path])]
+    if unknown:  # an API the table does not know: its window arguments are not judged, never failed
+        shown = {path: args[path] for path in unknown}
+        pytest.skip(f"not judged: SERVE-WINDOW-ARGS' table knows no argument of {shown}")
     kept = {path: serving.window_keys(args[path]) for path in ("prefill", "decode")}
     check(kept == {"prefill": window, "decode": window}, clause="SERVE-WINDOW-ARGS",
           message=f"backend {backend.name!r}: window_kernel_args({window}) = {args} keeps {kept} keys; "

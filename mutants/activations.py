@@ -249,12 +249,17 @@ class OutputUpcast(NativeBackend):
 class AssumesContiguous(NativeBackend):
     """Reads the input's storage as if it were contiguous (ignores strides).
 
-    Origin: a custom kernel that takes ``data_ptr()`` without calling ``.contiguous()``.
-    Caught by: ACT-LAYOUT.
+    Origin: a custom kernel that takes ``data_ptr()`` without calling ``.contiguous()`` (vLLM's and
+    FlashInfer's act_and_mul kernels read ``token_idx * 2 * d`` too, behind callers that pass
+    contiguous inputs).
+    Caught by: ACT-VIEWS (SHOULD: no MUST clause draws a view of an activation input).
     """
 
     name = "assumes-contiguous"
-    clauses = {"ACT-LAYOUT"}
+    clauses = {"ACT-VIEWS"}
+    # Reclassified: a robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "vLLM's and FlashInfer's act_and_mul kernels read the input densely; no caller passes a view"
 
     def gelu_and_mul(self, x, *, approximate):
         validate_gated_input(x)

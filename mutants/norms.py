@@ -144,11 +144,11 @@ class AssumesContiguousRows(NativeBackend):
 
     Origin: a kernel indexing ``row * hidden_size + i`` from ``data_ptr()``, as vLLM's fused
     kernel does for the residual, without the contiguity check (spec/norms.md, Sources).
-    Caught by: NORM-LAYOUT.
+    Caught by: NORM-LAYOUT (rms_norm on row-strided x), NORM-VIEWS (the residual view: SHOULD only).
     """
 
     name = "norm-assumes-contiguous-rows"
-    clauses = {"NORM-LAYOUT"}
+    clauses = {"NORM-LAYOUT", "NORM-VIEWS"}
 
     def rms_norm(self, x, weight, *, eps):
         validate_norm_args(x, weight, eps)

@@ -74,8 +74,10 @@ def validate_slots(slot_mapping, tokens: int, slots: int) -> torch.Tensor:
         got = getattr(slot_mapping, "dtype", type(slot_mapping).__name__)
         raise ValueError(f"slot_mapping must be an int32 or int64 tensor, got {got}")
     require_with_data(slot_mapping, "slot_mapping")
-    if tuple(slot_mapping.shape) != (tokens,):
-        raise ValueError(f"slot_mapping must have shape [T] = [{tokens}], got {tuple(slot_mapping.shape)}")
+    if slot_mapping.dim() != 1 or slot_mapping.shape[0] > tokens:
+        raise ValueError(
+            f"slot_mapping must have shape [T'] with T' <= T = {tokens}, got {tuple(slot_mapping.shape)}"
+        )
     used = slot_mapping[slot_mapping >= 0]
     if used.numel():
         top = int(used.max())
@@ -175,11 +177,13 @@ def _store(cache: torch.Tensor, tokens: torch.Tensor, slots: torch.Tensor, scale
 def write_kv_cache(key, value, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=None) -> None:
     """KV-WRITE: in place; tokens with a negative slot are skipped (KV-PAD), nothing else is touched
     (KV-KEEP). key [T, H, Dk], value [T, H, Dv] or None (KV-KEY-ONLY), caches [num_blocks, bs, H, D*]
-    (any strides, KV-LAYOUT), slot_mapping [T] int32/int64; fp8 caches quantize with their scales."""
+    (any strides, KV-LAYOUT), slot_mapping [T'] int32/int64 with T' <= T (rows T' .. T - 1 of key and
+    value are padding: KV-PAD); fp8 caches quantize with their scales."""
     k_scale, v_scale = validate_write_args(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale)
+    written = slot_mapping.shape[0]
     keep = slot_mapping >= 0
     slots = slot_mapping[keep].to(torch.int64).to(k_cache.device)
     keep = keep.to(key.device)
-    _store(k_cache, key[keep], slots, k_scale)
+    _store(k_cache, key[:written][keep], slots, k_scale)
     if value is not None:
-        _store(v_cache, value[keep.to(value.device)], slots.to(v_cache.device), v_scale)
+        _store(v_cache, value[:written][keep.to(value.device)], slots.to(v_cache.device), v_scale)

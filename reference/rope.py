@@ -26,6 +26,7 @@ from reference.validation import require_floating, require_tensor
 
 __all__ = [
     "KERNEL_FLAGS",
+    "known_kernel_api",
     "ROPE_TYPES",
     "kernel_style",
     "mrope",
@@ -41,16 +42,25 @@ __all__ = [
     "yarn_get_mscale",
 ]
 
-# ROPE-KERNEL-ARGS: api -> (flag, value meaning NeoX, value meaning GPT-J). An API name may carry
-# the op after a dot ("torch_npu.npu_mrope"): the part before the dot picks the row.
+# ROPE-KERNEL-ARGS: api -> its documented spellings, each (flag, value meaning NeoX, value meaning
+# GPT-J). An API name may carry the op after a dot ("torch_npu.npu_mrope"): the part before the dot
+# picks the row. flashinfer spells it two ways: ``interleave`` (apply_rope, apply_llama31_rope, ...)
+# and ``is_neox`` (apply_rope_with_cos_sin_cache(_inplace), the rope_quantize ops).
 KERNEL_FLAGS = {
-    "vllm": ("is_neox_style", True, False),
-    "flashinfer": ("interleave", False, True),
-    "flash_attn": ("interleaved", False, True),
-    "torch_npu": ("rotary_mode", "half", "interleave"),
-    "mindspore": ("mode", 0, 1),
-    "aclnn": ("isNeoxStyle", True, False),
+    "vllm": (("is_neox_style", True, False),),
+    "flashinfer": (("interleave", False, True), ("is_neox", True, False)),
+    "sglang": (("is_neox", True, False),),
+    "flash_attn": (("interleaved", False, True),),
+    "torch_npu": (("rotary_mode", "half", "interleave"),),
+    "mindspore": (("mode", 0, 1),),
+    "aclnn": (("isNeoxStyle", True, False),),
 }
+
+
+def known_kernel_api(api) -> bool:
+    """ROPE-KERNEL-ARGS: whether the table knows ``api`` (the part before a dot); an API it does not
+    know is not judged."""
+    return isinstance(api, str) and api.split(".", 1)[0] in KERNEL_FLAGS
 
 
 def require_bool(value, name: str) -> bool:
@@ -218,14 +228,23 @@ def mrope(
 
 
 def kernel_style(api: str, args: dict) -> bool:
-    """ROPE-KERNEL-ARGS: the pairing (True = NeoX) an API's style arguments select; ValueError for an
-    unknown API, a missing flag or a value the API does not document (``"interleaved"`` for torch_npu)."""
-    if not isinstance(api, str) or api.split(".", 1)[0] not in KERNEL_FLAGS:
+    """ROPE-KERNEL-ARGS: the pairing (True = NeoX) an API's style arguments select, under any of its
+    documented spellings (all those given must agree); ValueError for an unknown API, no known flag or
+    a value the API does not document (``"interleaved"`` for torch_npu)."""
+    if not known_kernel_api(api):
         raise ValueError(f"api must be one of {sorted(KERNEL_FLAGS)} (optionally '.op'), got {api!r}")
-    flag, neox, gptj = KERNEL_FLAGS[api.split(".", 1)[0]]
-    if not isinstance(args, dict) or flag not in args:
-        raise ValueError(f"{api} arguments must hold {flag!r}, got {args!r}")
-    value = args[flag]
+    spellings = KERNEL_FLAGS[api.split(".", 1)[0]]
+    given = [spelling for spelling in spellings if isinstance(args, dict) and spelling[0] in args]
+    if not given:
+        flags = " or ".join(repr(flag) for flag, _, _ in spellings)
+        raise ValueError(f"{api} arguments must hold {flags}, got {args!r}")
+    styles = {_flag_style(api, args[flag], flag, neox, gptj) for flag, neox, gptj in given}
+    if len(styles) > 1:
+        raise ValueError(f"{api} arguments select both pairings: {args!r}")
+    return styles.pop()
+
+
+def _flag_style(api: str, value, flag: str, neox, gptj) -> bool:
     if type(value) is type(neox) and value == neox:
         return True
     if type(value) is type(gptj) and value == gptj:
@@ -238,4 +257,7 @@ def rope_kernel_args(is_neox_style: bool) -> dict:
     pairing. A backend returns the arguments of the kernels it calls; the property reads each back
     with ``kernel_style``."""
     require_bool(is_neox_style, "is_neox_style")
-    return {api: {flag: neox if is_neox_style else gptj} for api, (flag, neox, gptj) in KERNEL_FLAGS.items()}
+    return {
+        api: {flag: neox if is_neox_style else gptj for flag, neox, gptj in spellings}
+        for api, spellings in KERNEL_FLAGS.items()
+    }

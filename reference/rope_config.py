@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
+from types import SimpleNamespace
 
 import torch
 
@@ -27,6 +29,12 @@ _REQUIRED = {
 # ROPE-PARAMS: the types whose pretraining length defaults to max_position_embeddings.
 _WITH_ORIGINAL = ("llama3", "yarn", "longrope")
 DEFAULT_THETA = 10_000.0  # transformers' RotaryEmbeddingConfigMixin.default_theta
+# ROPE-PARAMS, ROPE-LAYER: model types whose transformers config class holds a default_theta per layer
+# type ({"global": 1e6, "local": 1e4}: Gemma3TextConfig, Gemma3nTextConfig), by layer type.
+_LAYER_DEFAULT_THETA = {
+    model_type: {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
+    for model_type in ("gemma3_text", "gemma3", "gemma3n_text", "gemma3n")
+}
 
 
 def _number(value, name: str, *, positive: bool = True) -> float:
@@ -41,6 +49,18 @@ def _int(value, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return int(value)
+
+
+def _default_theta(config, layer_type: str | None) -> float:
+    """ROPE-PARAMS: the base a layer type's parameters take when they name none: the config's
+    ``rope_theta`` else 10000; for Gemma3's model types the sliding layers' ``rope_local_base_freq``
+    else 1e4, the others' ``rope_theta`` else 1e6 (its config class's per-layer default_theta)."""
+    defaults = _LAYER_DEFAULT_THETA.get(getattr(config, "model_type", None))
+    if defaults is None:
+        return getattr(config, "rope_theta", None) or DEFAULT_THETA
+    if layer_type == "sliding_attention":
+        return getattr(config, "rope_local_base_freq", None) or defaults["sliding_attention"]
+    return getattr(config, "rope_theta", None) or defaults["full_attention"]
 
 
 def _raw_parameters(config, layer_type: str | None) -> dict:
@@ -61,25 +81,33 @@ def _raw_parameters(config, layer_type: str | None) -> dict:
             raise ValueError(f"layer_type must be one of {sorted(nested)}, got {layer_type!r}")
         return dict(params[layer_type])
     # The config.json form: rope_scaling (or none) beside rope_theta; Gemma3's sliding layers use
-    # rope_local_base_freq with the default type (Gemma3TextConfig's conversion).
+    # rope_local_base_freq (else its default 1e4) with the default type, never the global scaling
+    # (Gemma3TextConfig's conversion).
     scaling = getattr(config, "rope_scaling", None)
     if scaling is not None and not isinstance(scaling, dict):
         raise ValueError(f"config.rope_scaling must be a dict or None, got {type(scaling).__name__}")
     local = getattr(config, "rope_local_base_freq", None)
-    if layer_type == "sliding_attention" and local is not None:
-        return {"rope_type": "default", "rope_theta": local}
+    gemma = getattr(config, "model_type", None) in _LAYER_DEFAULT_THETA
+    if layer_type == "sliding_attention" and (local is not None or gemma):
+        return {
+            "rope_type": "default",
+            "rope_theta": local if local is not None else _default_theta(config, layer_type),
+        }
     return dict(scaling or {})
 
 
 def rope_parameters(config, layer_type: str | None = None) -> dict:
     """ROPE-PARAMS: the layer type's rope parameters with transformers' defaults filled in, plus
-    ``head_dim`` and ``rotary_dim`` (the rotated width) and ``max_position_embeddings``."""
+    ``head_dim`` and ``rotary_dim`` (the rotated width) and ``max_position_embeddings``. ``config`` is a
+    config object or a mapping (a config.json's dict), read alike."""
+    if isinstance(config, Mapping):
+        config = SimpleNamespace(**config)
     d = _raw_parameters(config, layer_type)
     d["rope_type"] = d.get("rope_type", d.pop("type", "default"))
     d.pop("type", None)
     if d["rope_type"] not in ROPE_TYPES:
         raise ValueError(f"config rope_type must be one of {ROPE_TYPES}, got {d['rope_type']!r}")
-    d.setdefault("rope_theta", getattr(config, "rope_theta", None) or DEFAULT_THETA)
+    d.setdefault("rope_theta", _default_theta(config, layer_type))
     d["rope_theta"] = _number(d["rope_theta"], "config rope_theta")
     prf = d.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
     d["partial_rotary_factor"] = 1.0 if prf is None else _number(prf, "config partial_rotary_factor")

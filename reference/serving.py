@@ -21,7 +21,13 @@ import torch
 from reference.attention import masked_values_product, require_scale
 from reference.kv_cache import dequantized_caches
 from reference.masks import require_window
-from reference.serving_windows import accepted_layer_windows, layer_windows, window_kernel_args, window_keys
+from reference.serving_windows import (
+    accepted_layer_windows,
+    known_window_api,
+    layer_windows,
+    window_kernel_args,
+    window_keys,
+)
 from reference.validation import (
     require_float_tensor,
     require_positive_finite_or_none,
@@ -39,6 +45,7 @@ __all__ = [
     "validate_paged_args",
     "window_kernel_args",
     "window_keys",
+    "known_window_api",
 ]
 
 # Scores of one query block are at most this many float64 elements (256 MiB).

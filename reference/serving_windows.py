@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from reference.masks import CANN_MAX_TOKENS, require_window
 
-__all__ = ["layer_windows", "use_sliding_window", "window_kernel_args", "window_keys"]
+__all__ = ["known_window_api", "layer_windows", "use_sliding_window", "window_kernel_args", "window_keys"]
 
 # SERVE-WINDOW-ARGS: each API's window arguments, as a group of keys a dict may hold.
 _ARGUMENT_GROUPS = {
@@ -18,6 +18,13 @@ _ARGUMENT_GROUPS = {
     "left_context": {"left_context"},
     "fia": {"pre_tokens", "next_tokens", "sparse_mode"},
 }
+
+
+def known_window_api(args) -> bool:
+    """SERVE-WINDOW-ARGS: whether ``args`` uses an API of the table (a dict holding one of its
+    argument names); an API it does not know is not judged."""
+    known = set().union(*_ARGUMENT_GROUPS.values())
+    return not isinstance(args, dict) or bool(known & set(args))
 
 
 def _flash_attention_keys(value) -> int | None:

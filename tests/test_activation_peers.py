@@ -69,7 +69,7 @@ PEER_PROPERTIES = [
     ("test_activations_clamped", "test_swiglu_oai_interleaved_is_deinterleaved_halves", (None,)),
     ("test_activations_clamped", "test_clamped_op_without_limit_does_not_clamp", PEER_OPS[3:]),
     ("test_activations", "test_gated_nan_propagates", PEER_OPS),
-    ("test_activations", "test_gated_output_layout", PEER_OPS),
+    ("test_activations", "test_should_accept_views", PEER_OPS),
 ]
 PEER_CASES = [
     pytest.param(module, prop, op, id=f"{prop}-{op}" if op else prop)
@@ -88,7 +88,7 @@ def transformers_peer():
 def test_transformers_activations_conform_in_their_dtype(transformers_peer, module, prop, op):
     """ACT-TOL-ROUNDED: transformers' modules in float32, float16 and bfloat16 pass the suite's own
     properties (ACT-GELU-VARIANTS, ACT-SWIGLU-OAI(-LAYOUT), ACT-CLAMP-NO-DEFAULT, ACT-NAN,
-    ACT-LAYOUT) over the examples those properties draw in the ci profile (derandomized: the
+    ACT-VIEWS) over the examples those properties draw in the ci profile (derandomized: the
     same function, so the same examples). Under the two-rounding table alone they failed."""
     test = getattr(importlib.import_module(f"conformance.{module}"), prop)
     # @given takes its settings when the module is imported (the plugin imports the suite's modules

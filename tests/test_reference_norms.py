@@ -294,7 +294,8 @@ UPSTREAM = [
 # suite's collection would bind its @given tests to the profile loaded here (profiles.SuiteProfile).
 PEER_CLAUSES = {
     "NORM-MIXED": ("test_mixed_dtypes", "MIXED_RECIPES"),
-    "NORM-LAYOUT": ("test_views_give_the_oracle", "VIEW_RECIPES"),
+    "NORM-LAYOUT": ("test_row_strided_x_gives_the_oracle", "ROW_STRIDED_RECIPES"),
+    "NORM-VIEWS": ("test_should_accept_views", "VIEW_RECIPES"),
 }
 
 
@@ -303,7 +304,7 @@ PEER_CLAUSES = {
 def test_upstream_formulas_pass_mixed_dtypes_and_views(clause, peer, op):
     """The field's correct norms (transformers' modules with a float32 weight give float32,
     sglang's give x's dtype; the residual in x's dtype or the promoted one) pass NORM-MIXED and
-    NORM-LAYOUT on the suite's draws: the clauses demand no more than the field does."""
+    NORM-LAYOUT (and NORM-VIEWS) on the suite's draws: the clauses demand no more than the field does."""
     if isinstance(peer, TransformersPeer):
         _peer("transformers.models.llama.modeling_llama", "LlamaRMSNorm")
     from conformance import test_norms as properties

@@ -315,6 +315,13 @@ def test_kernel_args_read_back_and_reject_the_pitfall():
         for api, args in rope.rope_kernel_args(style).items():
             assert rope.kernel_style(api, args) is style
     assert rope.kernel_style("torch_npu.npu_mrope", {"rotary_mode": "interleave"}) is False
+    # flashinfer's cos/sin-cache ops and sglang's own kernel spell it is_neox (True = NeoX).
+    assert rope.kernel_style("flashinfer.apply_rope_with_cos_sin_cache_inplace", {"is_neox": True}) is True
+    assert rope.kernel_style("flashinfer.apply_rope", {"interleave": True}) is False
+    assert rope.kernel_style("sglang.apply_rope_with_cos_sin_cache_inplace", {"is_neox": False}) is False
+    assert not rope.known_kernel_api("tensorrt_llm") and rope.known_kernel_api("sglang.x")
+    with pytest.raises(ValueError, match="both pairings"):
+        rope.kernel_style("flashinfer", {"interleave": True, "is_neox": True})
     for api, args in [("torch_npu", {"rotary_mode": "interleaved"}), ("flashinfer", {"interleave": 1}),
                       ("cuda", {"is_neox_style": True}), ("vllm", {})]:  # fmt: skip
         with pytest.raises(ValueError, match="api|interleave|rotary_mode|is_neox_style"):
@@ -362,3 +369,31 @@ def test_transformers_cos_sin_is_within_the_cos_sin_tolerance(name):
     tol = tolerance("rope-cos-sin", torch.float32)
     allowed = tol.atol * angle_scale(positions[0], inv, factor) + tol.rtol * want.abs()
     assert ((got - want).abs() <= allowed).all(), ((got - want).abs() / allowed).max()
+
+
+@pytest.mark.parametrize(
+    "omitted", [(), ("rope_theta",), ("rope_local_base_freq",), ("rope_theta", "rope_local_base_freq")]
+)
+@pytest.mark.parametrize("form", [dict, SimpleNamespace])
+def test_gemma3_config_json_without_bases_takes_gemma3_defaults(omitted, form):
+    """ROPE-PARAMS, ROPE-LAYER: a gemma3_text config.json (a dict or a namespace) that leaves out
+    rope_theta or rope_local_base_freq reads as transformers' Gemma3TextConfig built from it: global
+    1e6, local 1e4 (default_theta), the sliding layers without the global rope_scaling."""
+    fields = {"head_dim": 64, "max_position_embeddings": 8192, "num_hidden_layers": 6, "rope_theta": 5e5,
+              "rope_local_base_freq": 2e4,
+              "rope_scaling": {"rope_type": "linear", "factor": 8.0}}  # fmt: skip
+    fields = {key: value for key, value in fields.items() if key not in omitted}
+    hf = transformers.Gemma3TextConfig(**fields)
+    plain = form(model_type="gemma3_text", **fields)
+    for layer_type in ("sliding_attention", "full_attention"):
+        params = hf.rope_parameters[layer_type]
+        got = rope.rope_parameters(plain, layer_type)
+        assert (got["rope_type"], got["rope_theta"]) == (params["rope_type"], params["rope_theta"]), (
+            layer_type
+        )
+        inv = rope.rope_inv_freq(plain, seq_len=None, layer_type=layer_type)[0]
+        want = rope.rope_inv_freq(hf, seq_len=None, layer_type=layer_type)[0]
+        torch.testing.assert_close(inv, want, rtol=0, atol=0)
+    sliding = rope.rope_inv_freq(plain, seq_len=None, layer_type="sliding_attention")[0]
+    local = 2e4 if "rope_local_base_freq" not in omitted else 1e4
+    torch.testing.assert_close(sliding[1], torch.tensor(local ** (-2 / 64), dtype=torch.float64))

@@ -22,6 +22,8 @@ GQA_RATIOS = (1, 2, 4)
 MLA_ABSORBED_RATIO = math.sqrt(576 / 192)
 YARN_RATIO = (0.1 * math.log(40.0) + 1.0) ** 2
 LAYOUTS = ("fresh", "views")  # ATTN: q/k/v as fresh tensors, or as the transposed slices of one projection
+# ATTN-METADATA-VIEWS (SHOULD): q/k/v views and the mask, padding mask and decode seq_lens strided.
+METADATA_VIEWS = "metadata-views"
 
 
 def softmax_scales(head_dim: int, *, max_ratio: float = 2.0):
@@ -80,7 +82,7 @@ class AttentionRecipe:
 
     def laid_out(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The tensors in this recipe's layout (the same values; views for "views")."""
-        return bshd_views(*tensors) if self.layout == "views" else tensors
+        return bshd_views(*tensors) if self.layout != "fresh" else tensors
 
 
 @st.composite
@@ -93,6 +95,7 @@ def attention_recipes(
     scales=(0.5, 1.0, 2.0),
     same_len: bool = True,
     max_scale_ratio: float = 2.0,
+    layouts=LAYOUTS,
 ) -> AttentionRecipe:
     """Shapes with head dims 16..256 and GQA ratios 1, 2, 4; total size kept small; the softmax scale
     (``softmax_scales``) and the layout drawn too."""
@@ -111,7 +114,7 @@ def attention_recipes(
         seed=draw(seeds()),
         scale=draw(st.sampled_from(scales)),
         softmax_scale=draw(softmax_scales(head_dim, max_ratio=max_scale_ratio)),
-        layout=draw(st.sampled_from(LAYOUTS)),
+        layout=draw(st.sampled_from(layouts)),
     )
     # MODEL-RUN: one of the model's attention layer kinds with Dv = Dqk (kv heads, group, D, scale).
     kinds = [k for k in pinned_values("attention.layer") or () if k[2] == k[3]]

@@ -54,6 +54,7 @@ class WriteRecipe:
     scale_shape: tuple[int, ...] = ()  # [], [1] or [H] (fp8 only)
     magnitude: float = 1.0  # |key / scale| reaches about this many times the fp8 maximum
     metadata_layout: str = "contiguous"  # "views": slot_mapping and a per-head scale as strided views
+    graph_padding: int = 0  # rows of key and value past slot_mapping's length (KV-PAD)
 
     @property
     def stored_dtype(self) -> torch.dtype:
@@ -74,10 +75,11 @@ class WriteRecipe:
     def tensors(self, device):
         """(key, value or None) on ``device``, as fresh tensors or views of a fused qkv projection."""
         gen = torch.Generator().manual_seed(self.seed)
-        key = torch.randn(self.tokens, self.heads, self.key_dim, generator=gen, dtype=torch.float64)
+        rows = self.tokens + self.graph_padding
+        key = torch.randn(rows, self.heads, self.key_dim, generator=gen, dtype=torch.float64)
         value = None
         if self.value_dim is not None:
-            value = torch.randn(self.tokens, self.heads, self.value_dim, generator=gen, dtype=torch.float64)
+            value = torch.randn(rows, self.heads, self.value_dim, generator=gen, dtype=torch.float64)
         scales = self.scales("cpu")
         if scales is not None:  # |x / scale| about magnitude * M at 3 sigma (saturation beyond M)
             unit = FP8_MAX[self.cache_dtype] / 3 * self.magnitude
@@ -88,7 +90,7 @@ class WriteRecipe:
         key, value = (None if t is None else t.to(self.dtype).to(device) for t in (key, value))
         if self.key_layout != "fused-qkv":
             return key, value
-        parts = [torch.randn(self.tokens, 2 * self.heads * self.key_dim, generator=gen).to(self.dtype)]
+        parts = [torch.randn(rows, 2 * self.heads * self.key_dim, generator=gen).to(self.dtype)]
         parts += [t.flatten(1).cpu() for t in (key, value) if t is not None]
         qkv = torch.cat(parts, dim=1).to(device)
         start = 2 * self.heads * self.key_dim
@@ -147,9 +149,10 @@ class WriteRecipe:
 def write_recipes(
     draw, *, pages=SMALL_PAGES, dims=SAME_DIMS, dtypes=KEY_DTYPES, cache_layouts=CACHE_LAYOUTS,
     key_layouts=KEY_LAYOUTS, padding=(False, True), key_only=False, fp8=False, magnitudes=(0.9,),
-    heads=(1, 2, 3),
+    heads=(1, 2, 3), metadata_layouts=("contiguous",), graph_padding=(0,),
 ) -> WriteRecipe:  # fmt: skip
-    """One write: 1-24 tokens into a pool with room to spare, padding anywhere when drawn."""
+    """One write: 1-24 tokens into a pool with room to spare, padding anywhere when drawn; the metadata
+    contiguous unless ``metadata_layouts`` says "views" (KV-METADATA-VIEWS)."""
     block_size = draw(st.sampled_from(pages), label="block_size")
     tokens = draw(st.integers(1, 24), label="tokens")
     num_blocks = -(-tokens // block_size) + draw(st.integers(0, 3), label="spare_blocks")
@@ -184,5 +187,6 @@ def write_recipes(
         cache_dtype=cache_dtype,
         scale_shape=draw(st.sampled_from(((), (1,), (h,)))) if fp8 else (),
         magnitude=draw(st.sampled_from(magnitudes)),
-        metadata_layout=draw(st.sampled_from(("contiguous", "views"))),  # drawn last: earlier draws unchanged
+        metadata_layout=draw(st.sampled_from(metadata_layouts)),  # drawn last: earlier draws unchanged
+        graph_padding=draw(st.sampled_from(graph_padding)),
     )

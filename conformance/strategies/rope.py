@@ -39,8 +39,9 @@ class RopeRecipe:
     mode: str
     offset: int
     seed: int
-    strided: bool = False
+    strided: bool = False  # every input every other element of a buffer (ROPE-VIEWS)
     attention_factor: float = 1.0
+    qkv_split: bool = False  # q and k the column ranges of one [T, (Hq + 2 Hk) d] projection (ROPE-PURE)
     mrope: bool = False
     # MODEL-RUN: a model's mrope sections and their layout (a profile run only; None: the property's).
     mrope_section: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
@@ -72,6 +73,12 @@ class RopeRecipe:
         tensors = [t.to(device, copy=True) for t in tensors]
         if self.strided:
             tensors = [strided_view(t) for t in tensors]
+        if self.qkv_split:  # vLLM's attention layers: q, k, v = qkv.split(...), rotated as views
+            q, k = tensors[1], tensors[2]
+            qkv = torch.cat([q.flatten(1), k.flatten(1), torch.zeros_like(k).flatten(1)], dim=1)
+            width = q.shape[1] * q.shape[2]
+            tensors[1] = qkv[:, :width].unflatten(1, q.shape[1:])
+            tensors[2] = qkv[:, width : width + k.shape[1] * k.shape[2]].unflatten(1, k.shape[1:])
         return tuple(tensors)
 
     def describe(self) -> str:
@@ -79,6 +86,7 @@ class RopeRecipe:
             f"T {self.tokens}, Hq {self.q_heads}, Hk {self.k_heads}, rotary_dim {self.rotary_dim} of "
             f"head_dim {self.head_dim}, {str(self.dtype)[6:]} (cache {str(self.cache_dtype)[6:]}), "
             f"positions {self.mode} from {self.offset}{', strided' if self.strided else ''}"
+            f"{', q/k views of a qkv projection' if self.qkv_split else ''}"
             + (f", mrope_section {list(self.mrope_section)}" if self.mrope_section else "")
         )
 
@@ -99,7 +107,8 @@ def rope_recipes(
     dtypes=FLOAT_DTYPES + (torch.float64,),
     modes=POSITION_MODES,
     mrope=False,
-    strided=None,
+    strided=False,
+    qkv_split=None,
     cache_dtypes=CACHE_DTYPES,
     max_offset=600,
 ) -> RopeRecipe:
@@ -119,7 +128,7 @@ def rope_recipes(
         mode=draw(st.sampled_from(modes)),
         offset=draw(st.integers(1, max_offset)),
         seed=draw(seeds()),
-        strided=draw(st.booleans()) if strided is None else strided,
+        strided=strided,
         attention_factor=draw(st.sampled_from((1.0, 1.0, 1.35))),
         mrope=mrope,
     )
@@ -136,7 +145,8 @@ def rope_recipes(
         recipe = dataclasses.replace(recipe, rotary_dim=rotary_dim, head_dim=head_dim, q_heads=q_heads,
                                      k_heads=k_heads, mrope_section=section,
                                      mrope_interleaved=interleaved)  # fmt: skip
-    return recipe
+    split = draw(st.booleans()) if qkv_split is None else qkv_split
+    return dataclasses.replace(recipe, qkv_split=split and not strided)
 
 
 # --- configs (ROPE-PARAMS, ROPE-FREQ, ROPE-LAYER, ROPE-SOFTMAX-SCALE) ------------------------------

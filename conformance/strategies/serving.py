@@ -42,9 +42,11 @@ POISONS = ("nan", "huge")
 # qkv projection ([T, (Hq + Hkv) Dqk + Hkv Dv]).
 CACHE_LAYOUTS = ("separate", "kv-fused", "hnd")
 Q_LAYOUTS = ("separate", "fused-qkv")
-# SERVE-LAYOUT: block_table as the leading columns of a wider table, cu_seqlens_q and seq_lens (and
-# a property's sinks) as every other element of a buffer; or all fresh.
-METADATA_LAYOUTS = ("contiguous", "views")
+# SERVE-LAYOUT: block_table as the leading columns of a wider table ("table-view", as vLLM slices it),
+# or all fresh. SERVE-METADATA-VIEWS ("views", SHOULD): that table, and cu_seqlens_q and seq_lens (and
+# a property's sinks) as every other element of a buffer.
+METADATA_LAYOUTS = ("contiguous", "table-view")
+METADATA_VIEWS = "views"
 # SERVE-LONG: sequences past two 512-key split-KV partitions, at small heads and head dims.
 LONG_LEN = (1025, 4608)
 LONG_BLOCK_SIZES = (1, 16, 128, 256)
@@ -192,8 +194,9 @@ class PagedBatch:
         self.block_table = block_table.to(device)
         self.cu_seqlens_q = torch.tensor(starts, dtype=recipe.index_dtype, device=device)
         self.seq_lens = torch.tensor(recipe.seq_lens, dtype=recipe.index_dtype, device=device)
-        if recipe.metadata_layout == "views":  # made on the device: a moved view is contiguous
+        if recipe.metadata_layout != "contiguous":  # made on the device: a moved view is contiguous
             self.block_table = row_strided_view(self.block_table)
+        if recipe.metadata_layout == METADATA_VIEWS:
             self.cu_seqlens_q, self.seq_lens = strided_view(self.cu_seqlens_q), strided_view(self.seq_lens)
 
     def args(self) -> tuple[tuple, dict]:
