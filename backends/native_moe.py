@@ -90,14 +90,16 @@ def append_shared_experts(topk_weights, topk_ids, *, shared_ids, rsf_on_output, 
 
 
 def activation32(h: torch.Tensor, activation: str, limit: float | None) -> torch.Tensor:
-    """MOE-FUSED, MOE-CLAMP: the gated activation in float32 (ACT-SWIGLU-STEP / ACT-SWIGLU-OAI)."""
+    """MOE-FUSED, MOE-CLAMP: the gated activation in float32 (ACT-SILU-CLAMPED for "silu",
+    ACT-SWIGLU-STEP for "swiglustep", ACT-SWIGLU-OAI)."""
     h = h.float()
-    if activation == "silu":
+    if activation in ("silu", "swiglustep"):
         gate, up = h.chunk(2, dim=-1)
-        gate = F.silu(gate)
-        if limit is not None:
-            gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
-        return gate * up
+        if limit is None:
+            return F.silu(gate) * up
+        if activation == "silu":  # vLLM's "silu" with a limit: the gate clamped before the SiLU
+            return F.silu(gate.clamp(max=limit)) * up.clamp(-limit, limit)
+        return F.silu(gate).clamp(max=limit) * up.clamp(-limit, limit)
     gate, up = h[..., ::2], h[..., 1::2]
     if limit is not None:
         gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)

@@ -2,9 +2,11 @@
 
 ``check_routing`` calls ``select_experts`` and ``judge_routing`` judges its routing (or one a
 capture recorded, opconform replay): it accepts any slot order and any choice between
-selection scores equal within the tie tolerance; the weights are compared with the oracle's
-weights of the backend's own ids. ``check_fused`` compares a fused_moe output with the oracle's
-under the ``moe`` row, its absolute term scaled by ``moe_magnitude``.
+selection scores equal within the tie tolerance; the weights (float32 or the logits' dtype) are
+compared with the oracle's weights of the backend's own ids under the ``moe-routing`` row of
+``routing_precision``, a failure opening with the weights' sum when that is off (``sum_phrase``).
+``check_fused`` compares a fused_moe output with the oracle's under the ``moe`` row, its absolute
+term scaled by ``moe_magnitude``; ``check_shared`` the shared-expert slots.
 """
 
 from __future__ import annotations
@@ -13,14 +15,44 @@ import torch
 
 from conformance.checks import assert_close, check, check_output, describe
 from conformance.strategies.moe import tie_tolerance
-from conformance.tolerances import moe_magnitude, tolerance
+from conformance.tolerances import Tolerance, moe_magnitude, routing_atol_scale, routing_precision, tolerance
 from reference import moe as oracle
 
 ROUTING_TOL = tolerance("moe-routing", torch.float32)
 
 
+def routing_tol(weights: torch.Tensor, logits: torch.Tensor, *, both_sides: bool = False) -> Tolerance:
+    """MOE-TOL: the moe-routing row of routing_precision; twice it when both sides round (MOE-PERMUTE:
+    the backend against itself)."""
+    tol = tolerance("moe-routing", routing_precision(weights.dtype, logits.dtype))
+    return Tolerance(rtol=2 * tol.rtol, atol=2 * tol.atol) if both_sides else tol
+
+
+def sum_phrase(got_w, want_w, options: dict, tol: Tolerance = ROUTING_TOL) -> str | None:
+    """MOE-RENORM, MOE-RSF-ONCE: the decisive relation of wrong weights, the sum of a token's k weights
+    against what renormalize and routed_scaling_factor make it ("weights sum to 1.000, expected
+    routed_scaling_factor 2.5 (renormalize=True)"), for the token whose sum is furthest off; None when
+    every sum is within twice ``tol``'s rtol (then the weights are wrong one by one)."""
+    got, want = got_w.detach().cpu().double().sum(-1), want_w.detach().cpu().double().sum(-1)
+    off = (got - want).abs() / want.abs().clamp_min(1e-30)
+    if not bool((off > 2 * tol.rtol).any()):
+        return None
+    t = int(off.argmax())
+    rsf, renorm, scoring = options["routed_scaling_factor"], options["renormalize"], options["scoring"]
+    factor = f"routed_scaling_factor {rsf:g}" if rsf != 1 else "1"
+    if scoring == "topk_softmax":
+        expected = f"{factor} (scoring='topk_softmax')"
+    elif renorm:
+        expected = f"{factor} (renormalize=True)"
+    else:
+        scores = f"the scores' sum {float(want[t]) / rsf:#.4g}"
+        expected = f"{float(want[t]):#.4g} = {factor} x {scores} (renormalize=False)"
+    return f"token {t}: weights sum to {float(got[t]):#.4g}, expected {expected}"
+
+
 def call_routing(backend, logits, bias, options: dict, *, clause: str, context: str):
-    """The backend's (weights, ids), checked for shape, dtypes and device."""
+    """The backend's (weights, ids), checked for shape, dtypes (weights float32 or the logits' dtype,
+    MOE-SELECT) and device."""
     out = backend.select_experts(logits, correction_bias=bias, **options)
     check(
         isinstance(out, tuple | list) and len(out) == 2,
@@ -30,10 +62,14 @@ def call_routing(backend, logits, bias, options: dict, *, clause: str, context: 
     weights, ids = out
     shape = (logits.shape[0], options["top_k"])
     want = torch.empty(shape)
-    check_output(
-        weights, want, clause=clause, context=f"{context}: weights", dtype=torch.float32, device=logits.device
-    )
+    check_output(weights, want, clause=clause, context=f"{context}: weights", device=logits.device)
     check_output(ids, want, clause=clause, context=f"{context}: ids", device=logits.device)
+    check(
+        weights.dtype in (torch.float32, logits.dtype),
+        clause=clause,
+        message=f"{context}: weights of dtype {weights.dtype}; expected float32 or the logits' dtype "
+        f"{logits.dtype}",
+    )
     check(
         tuple(weights.shape) == shape
         and tuple(ids.shape) == shape
@@ -132,8 +168,18 @@ def judge_routing(weights, ids, logits, bias, options: dict, *, clause: str, con
         routed_scaling_factor=options["routed_scaling_factor"],
     )
     if bool(real.any()):
+        precision = routing_precision(weights.dtype, logits.dtype)
+        scale = routing_atol_scale(cpu_logits, got_i, expected, scoring=options["scoring"],
+                                   renormalize=options["renormalize"], dtype=precision)  # fmt: skip
+        tol = routing_tol(weights, logits)
+        phrase = sum_phrase(got_w[real], expected[real], options, tol)
         assert_close(
-            got_w[real], expected[real], clause=clause, context=f"{context}: weights by id", tol=ROUTING_TOL
+            got_w[real],
+            expected[real],
+            clause=clause,
+            context=f"{context}: " + (f"{phrase}; weights by id" if phrase else "weights by id"),
+            tol=tol,
+            atol_scale=scale[real],
         )
 
 
@@ -151,3 +197,28 @@ def check_fused(got, want, inputs, options: dict, *, clause: str, context: str, 
         atol_scale=moe_magnitude(*inputs, **options),
         expected_as=expected_as,
     )
+
+
+def check_shared(backend, device, recipe, on_output, shared, w, i, clause: str) -> None:
+    """MOE-SHARED: append_shared_experts(w, i) equals the oracle (w and i views of wider rows when
+    ``recipe.strided``, MOE-VIEWS)."""
+    if recipe.strided:  # rows twice as far apart (views of a wider buffer)
+        w, i = (torch.cat([t, t], dim=-1)[:, : recipe.top_k] for t in (w, i))
+    shared_ids = tuple(range(recipe.experts, recipe.experts + shared))
+    kw = dict(
+        shared_ids=shared_ids, rsf_on_output=on_output, routed_scaling_factor=recipe.routed_scaling_factor
+    )
+    context = describe(backend, device, "append_shared_experts", **kw)
+    got_w, got_i = backend.append_shared_experts(w, i, **kw)
+    want_w, want_i = oracle.append_shared_experts(w.cpu(), i.cpu(), **kw)
+    check(
+        torch.equal(got_i.cpu().long(), want_i),
+        clause=clause,
+        message=f"{context}: ids {got_i.tolist()}, expected {want_i.tolist()}",
+    )
+    tol = (
+        tolerance("moe-routing", torch.float32)
+        if w.dtype == torch.float32
+        else tolerance("moe", torch.bfloat16)
+    )
+    assert_close(got_w, want_w, clause=clause, context=context, tol=tol)

@@ -275,10 +275,16 @@ SCALING_RULES = (
 
 
 # --- MoE (spec/moe.md, MOE-TOL), in its own block ------------------------------------------------
-# Routing weights are float32 whatever the logits' dtype: a few dozen float32 roundings at most
-# (softmax over E <= 256, the sum of k, two products). fused_moe: 4 unit roundoffs of the output
-# dtype, of the magnitude moe_magnitude bounds (first-order bound 3u; spec/tolerances.md).
-TOLERANCES["moe-routing"] = {torch.float32: Tolerance(rtol=1e-5, atol=1e-6)}
+# Routing weights take the row of routing_precision (float32 or the logits' dtype). float32: a few
+# dozen float32 roundings at most (softmax over E <= 256, the sum of k, two products). float16 and
+# bfloat16: 6 unit roundoffs (the score, the renormalising sum and quotient, the factor, the cast:
+# first-order bound 5u), plus routing_atol_scale's exponent term. fused_moe: 4 unit roundoffs of the
+# output dtype, of the magnitude moe_magnitude bounds (first-order bound 3u; spec/tolerances.md).
+TOLERANCES["moe-routing"] = {
+    torch.float32: Tolerance(rtol=1e-5, atol=1e-6),
+    torch.float16: Tolerance(rtol=3e-3, atol=1e-6),
+    torch.bfloat16: Tolerance(rtol=2.4e-2, atol=1e-6),
+}
 TOLERANCES["moe"] = {
     torch.float32: Tolerance(rtol=1e-5, atol=1e-5),
     torch.float16: Tolerance(rtol=2e-3, atol=2e-3),
@@ -309,7 +315,28 @@ def moe_magnitude(x, w13, w2, topk_weights, topk_ids, *, activation, limit, appl
     return (out * float(output_scale)).clamp_min(1.0)
 
 
-SCALING_RULES = (*SCALING_RULES, moe_magnitude)
+def routing_precision(weights_dtype: torch.dtype, logits_dtype: torch.dtype) -> torch.dtype:
+    """MOE-TOL: the dtype whose moe-routing row judges routing weights: the less precise of the weights'
+    and the logits' (a router may score in the logits' dtype and return float32, vLLM's CPU router)."""
+    return max((weights_dtype, logits_dtype), key=lambda dtype: torch.finfo(dtype).eps)
+
+
+def routing_atol_scale(router_logits, ids, weights, *, scoring, renormalize, dtype) -> torch.Tensor:
+    """MOE-TOL: 1 + u |w_j| (|x_j - lse| + |lse|) / atol per weight of softmax routing without
+    renormalisation (exp(x - logsumexp) op by op in ``dtype``: the exponent's two roundings, u of
+    ``dtype``), else 1; x the logits (non-finite read as 0), lse their logsumexp per token."""
+    w = weights.detach().to("cpu", torch.float64).abs()
+    if scoring != "softmax" or renormalize:
+        return torch.ones_like(w)
+    x = router_logits.detach().to("cpu", torch.float64)
+    x = torch.where(torch.isfinite(x), x, torch.zeros_like(x))
+    lse = torch.logsumexp(x, dim=-1, keepdim=True)
+    exponent = (x.gather(1, ids.detach().to("cpu", torch.int64)) - lse).abs() + lse.abs()
+    unit = torch.finfo(dtype).eps / 2
+    return 1.0 + unit * w * exponent / tolerance("moe-routing", dtype).atol
+
+
+SCALING_RULES = (*SCALING_RULES, moe_magnitude, routing_atol_scale)
 # --- rope (spec/rope.md, ROPE-TOL), in its own block ----------------------------------------------
 # "rope": the rotation, atol scaled by pair_scale (a rotated element is formed from two inputs and
 # two cache values; computed in the input dtype it rounds the cache, both products and the sum: about

@@ -106,7 +106,7 @@ class ClampMissingInFused(NativeBackend):
 
 
 def _wrong_half(h, activation, limit):
-    if activation != "silu" or limit is None:
+    if activation != "swiglustep" or limit is None:
         return _ACTIVATION(h, activation, limit)
     gate, up = h.float().chunk(2, dim=-1)
     return torch.nn.functional.silu(gate).clamp(-limit, limit) * up.clamp(max=limit)
@@ -122,6 +122,25 @@ class ClampOnWrongHalf(NativeBackend):
     name = "moe-clamp-on-wrong-half"
     clauses = {"MOE-CLAMP", "MOE-FUSED"}
     fused_moe = _fused_with(_wrong_half)
+
+
+def _clamp_before_silu(h, activation, limit):
+    if activation != "swiglustep" or limit is None:
+        return _ACTIVATION(h, activation, limit)
+    return _ACTIVATION(h, "silu", limit)
+
+
+class StepClampBeforeSilu(NativeBackend):
+    """Step-3.5's limit applied as vLLM's "silu" clamp: the gate clamped before the SiLU, not after.
+
+    Origin: a port handing Step-3.5's per-layer swiglu_limit to vLLM's fused MoE as swiglu_limit with
+    activation "silu" (apply_moe_activation: silu_and_mul_with_clamp) instead of "swiglustep".
+    Caught by: MOE-CLAMP, MOE-FUSED.
+    """
+
+    name = "moe-step-clamp-before-silu"
+    clauses = {"MOE-CLAMP", "MOE-FUSED"}
+    fused_moe = _fused_with(_clamp_before_silu)
 
 
 class RouterWeightTwice(NativeBackend):
@@ -182,5 +201,5 @@ class RouterWeightTwice(NativeBackend):
 
 FUSED_MUTANTS = [
     SharedExpertInverseWeight(), SharedSlotReplacesRouted(), ClampMissingInFused(), ClampOnWrongHalf(),
-    RouterWeightTwice(),
+    StepClampBeforeSilu(), RouterWeightTwice(),
 ]  # fmt: skip

@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import torch
 
-from reference.activations import require_bool, swiglu_oai_and_mul, swiglu_step_and_mul
+from reference.activations import (
+    require_bool,
+    silu_clamped_and_mul,
+    swiglu_oai_and_mul,
+    swiglu_step_and_mul,
+)
 from reference.moe_config import moe_router_config
 from reference.validation import (
     require_choice,
@@ -47,9 +52,10 @@ SCORINGS = ("softmax", "sigmoid", "topk_softmax")
 # MOE-GROUPS: a group's score is its best expert's ("max", DeepSeek-V2) or the sum of its two best
 # ("top2_sum", DeepSeek-V3).
 GROUP_SCORES = ("max", "top2_sum")
-# MOE-FUSED: "silu" is the SwiGLU-step (gate | up halves, clamped when a limit is given);
-# "swiglu_oai" is gpt-oss's (interleaved gate/up, alpha 1.702).
-ACTIVATIONS = ("silu", "swiglu_oai")
+# MOE-FUSED, MOE-CLAMP: vLLM's fused-MoE names. "silu": gate | up halves, with a limit the gate
+# clamped BEFORE the SiLU (ACT-SILU-CLAMPED); "swiglustep": the SiLU then its clamp (Step-3.5,
+# ACT-SWIGLU-STEP); "swiglu_oai": gpt-oss's (interleaved gate/up, alpha 1.702).
+ACTIVATIONS = ("silu", "swiglustep", "swiglu_oai")
 OAI_ALPHA = 1.702
 # Tokens per block in fused_moe: bounds the float64 intermediates at real shapes.
 BLOCK_TOKENS = 2048
@@ -251,8 +257,10 @@ def validate_fused_args(x, w13, w2, topk_weights, topk_ids, activation, limit, a
 
 def expert_activation(h: torch.Tensor, activation: str, limit: float | None) -> torch.Tensor:
     """MOE-FUSED, MOE-CLAMP: the gated activation of ``h = x @ w13[e].T`` (float64 oracles of
-    ACT-SWIGLU-STEP with the layer's limit, ACT-SWIGLU-OAI interleaved)."""
+    ACT-SILU-CLAMPED and ACT-SWIGLU-STEP with the layer's limit, ACT-SWIGLU-OAI interleaved)."""
     if activation == "silu":
+        return silu_clamped_and_mul(h, limit=limit)
+    if activation == "swiglustep":
         return swiglu_step_and_mul(h, limit=limit)
     return swiglu_oai_and_mul(h, alpha=OAI_ALPHA, limit=limit, interleaved=True)
 

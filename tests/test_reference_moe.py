@@ -96,7 +96,7 @@ def test_masked_groups_are_minus_inf_not_zero():
 
 def test_fused_moe_matches_brute_force():
     """MOE-FUSED: the blocked oracle equals the per-token, per-slot sum written from the text, for
-    both activations, with and without limit, weight on the output or the input, and output_scale."""
+    every activation, with and without limit, weight on the output or the input, and output_scale."""
     gen = torch.Generator().manual_seed(3)
     x, w13, w2 = (
         torch.randn(4, 6, generator=gen),
@@ -118,7 +118,12 @@ def test_fused_moe_matches_brute_force():
                         e, w = int(ids[t, j]), float(weights[t, j])
                         v = x[t].double() * (w if on_input else 1.0)
                         h = w13[e].double() @ v
-                        if activation == "silu":
+                        if activation == "silu":  # the gate clamped before the SiLU
+                            g, u = h[:4], h[4:]
+                            if limit is not None:
+                                g, u = g.clamp(max=limit), u.clamp(-limit, limit)
+                            a = g * torch.sigmoid(g) * u
+                        elif activation == "swiglustep":  # the SiLU clamped
                             g, u = h[:4], h[4:]
                             g = g * torch.sigmoid(g)
                             a = (g if limit is None else g.clamp(max=limit)) * (
@@ -270,7 +275,7 @@ def test_fused_moe_matches_transformers_experts():
     clamped = Step3p7Experts(step_config, swiglu_limit=0.5)
     cases = [
         (DeepseekV3Experts(ds), "silu", None),
-        (clamped, "silu", 0.5),
+        (clamped, "swiglustep", 0.5),
         (GptOssExperts(oss), "swiglu_oai", 7.0),
     ]
     for module, activation, limit in cases:

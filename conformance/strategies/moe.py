@@ -4,6 +4,9 @@ A ``RoutingRecipe`` gives router logits (and a correction bias) whose selection 
 judge (MOE-TIES): each row's logits are a shuffled grid of distinct values (spacing 6 / E, jitter
 a quarter of it, so distinct in every tested dtype), and a recipe whose float64 selection gaps at
 the k-th and the group boundary fall under ``MARGIN`` tie tolerances is redrawn from the next seed.
+Under a MUST clause only the routing forms released models use are drawn (``model_form``, spec/moe.md
+MOE-SELECT): groups with softmax and no bias (group score "max") or sigmoid with a bias ("top2_sum"),
+and contiguous tensors; the other combinations and the views are MOE-COMBOS' and MOE-VIEWS' (SHOULD).
 A ``FusedRecipe`` gives fused_moe's inputs.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+from hypothesis import assume
 from hypothesis import strategies as st
 
 from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
@@ -24,6 +28,21 @@ FACTORS = (1.0, 2.5, 2.826, 16.0)
 # Correction biases: small ones, negative ones (MOE-GROUPS: negative selection scores inside the
 # kept groups), DeepSeek-V3-like ones near 7 with differences below bfloat16's spacing (MOE-BIAS).
 BIAS_KINDS = (None, "small", "negative", "near7")
+
+
+def tied_group_score(bias) -> str:
+    """MOE-GROUPS: the group score the field's routers derive from the bias (vLLM grouped_topk): the
+    sum of the two best with a correction bias (DeepSeek-V3), the best without (DeepSeek-V2)."""
+    return "max" if bias is None else "top2_sum"
+
+
+def model_form(scoring: str, bias, num_groups: int, group_score: str) -> bool:
+    """MOE-SELECT: a routing form released models use; groups only as DeepSeek-V2 (softmax, no bias)
+    and DeepSeek-V3 (sigmoid, a bias) use them, with the group score their bias implies."""
+    if num_groups == 1:
+        return True
+    groupable = (scoring, bias is None) in (("softmax", True), ("sigmoid", False))
+    return groupable and group_score == tied_group_score(bias)
 
 
 def tie_tolerance(selection: torch.Tensor) -> torch.Tensor:
@@ -74,7 +93,9 @@ class RoutingRecipe:
         bias = None
         if self.bias is not None:
             u = torch.rand(self.experts, generator=gen, dtype=torch.float64)
-            base = {"small": (u - 0.5) * 0.6, "negative": -0.6 - 0.9 * u, "near7": 7.0 + (u - 0.5) * 0.04}
+            # near7: spread 0.04 per 16 experts, so that a model's 128 or 256 still leave judgeable gaps
+            spread = 0.04 * max(1.0, self.experts / 16)
+            base = {"small": (u - 0.5) * 0.6, "negative": -0.6 - 0.9 * u, "near7": 7.0 + (u - 0.5) * spread}
             bias = base[self.bias].to(self.bias_dtype)
         if self.tie and self.top_k < self.experts:
             order = logits.double().argsort(dim=-1, descending=True)
@@ -136,17 +157,27 @@ def routing_recipes(
     dtypes=FLOAT_DTYPES,
     factors=FACTORS,
     renormalize=(False, True),
+    model_forms=True,
     **fixed,
 ) -> RoutingRecipe:
+    """A routing; with ``model_forms`` (MUST clauses) only the forms released models use (model_form)."""
     scoring = draw(st.sampled_from(scorings))
     simple = scoring == "topk_softmax"
+    bias = None if simple else draw(st.sampled_from(bias_kinds))
+    groupable = not simple and (not model_forms or model_form(scoring, bias, 2, tied_group_score(bias)))
+    assume(grouped is not True or groupable)
     num_groups = (
-        1 if simple or grouped is False else draw(st.sampled_from((1, 2, 4) if grouped is None else (2, 4)))
+        1
+        if not groupable or grouped is False
+        else draw(st.sampled_from((1, 2, 4) if grouped is None else (2, 4)))
     )
     per_group = draw(st.sampled_from((2, 4, 8)))
     experts = num_groups * per_group if num_groups > 1 else draw(st.sampled_from((4, 6, 16, 33, 64)))
     topk_group = draw(st.integers(1, num_groups))
     top_k = draw(st.integers(1, min(6, topk_group * (experts // num_groups))))
+    group_score = draw(st.sampled_from(oracle.GROUP_SCORES)) if per_group >= 2 else "max"
+    if model_forms and num_groups > 1:
+        group_score = tied_group_score(bias)
     recipe = RoutingRecipe(
         tokens=draw(st.integers(1, 6)),
         experts=experts,
@@ -155,25 +186,29 @@ def routing_recipes(
         renormalize=draw(st.sampled_from(renormalize)),
         num_groups=num_groups,
         topk_group=topk_group,
-        group_score=draw(st.sampled_from(oracle.GROUP_SCORES)) if per_group >= 2 else "max",
+        group_score=group_score,
         routed_scaling_factor=draw(st.sampled_from(factors)),
         dtype=draw(st.sampled_from(dtypes)),
         seed=draw(seeds(20)),
-        bias=None if simple else draw(st.sampled_from(bias_kinds)),
+        bias=bias,
         bias_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
-        strided=draw(st.booleans()),
     )
-    return replace(recipe, **{**_model_routing(recipe, scorings, grouped, renormalize), **fixed})
+    pinned = _model_routing(recipe, scorings, grouped, renormalize) if model_forms else {}  # a model's own
+    return replace(recipe, **{**pinned, **fixed})
 
 
 def _model_routing(recipe, scorings, grouped, renormalize) -> dict:
     """MODEL-RUN: the model's routing (experts, top_k, groups, scoring, renormalisation) where the
-    property's constraints admit it, else nothing (the generic draw stays)."""
+    property's constraints admit it, else nothing (the generic draw stays); a grouped model keeps its
+    form (model_form: DeepSeek-V2 without a bias, DeepSeek-V3 with one)."""
     for experts, top_k, groups, kept, scoring, renorm in pinned_values("moe.routing") or ():
         if scoring in scorings and renorm in renormalize and grouped in (None, groups > 1):
             bias = recipe.bias if scoring != "topk_softmax" else None  # the property's bias kinds
+            if groups > 1:
+                bias = None if scoring == "softmax" else recipe.bias or "small"
             return {"experts": experts, "top_k": top_k, "num_groups": groups, "topk_group": kept,
-                    "scoring": scoring, "renormalize": renorm, "bias": bias}  # fmt: skip
+                    "scoring": scoring, "renormalize": renorm, "bias": bias,
+                    "group_score": tied_group_score(bias)}  # fmt: skip
     return {}
 
 
@@ -225,24 +260,37 @@ class FusedRecipe:
         return x, w13, w2, weights, ids
 
 
+def fused_model_form(recipe: FusedRecipe) -> bool:
+    """MOE-FUSED: an expert computation released models run: the router weight on the input only with
+    one expert per token (Llama-4; vLLM asserts top-k 1 there), gpt-oss's SwiGLU with its limit."""
+    on_input_ok = not recipe.on_input or recipe.top_k == 1
+    return on_input_ok and (recipe.activation != "swiglu_oai" or recipe.limit is not None)
+
+
 @st.composite
-def fused_recipes(draw, *, limits=(None, 0.5, 1.0, 3.0), dtypes=FLOAT_DTYPES, **fixed) -> FusedRecipe:
+def fused_recipes(
+    draw, *, limits=(None, 0.5, 1.0, 3.0), dtypes=FLOAT_DTYPES, model_forms=True, **fixed
+) -> FusedRecipe:
+    """fused_moe's inputs; with ``model_forms`` (MUST clauses) only fused_model_form's."""
     experts = draw(st.integers(1, 6))
+    activation = draw(st.sampled_from(oracle.ACTIVATIONS))
+    on_input = draw(st.booleans())
+    if model_forms and activation == "swiglu_oai":
+        limits = tuple(limit for limit in limits if limit is not None) or (7.0,)
     recipe = FusedRecipe(
         tokens=draw(st.integers(1, 8)),
         hidden=draw(st.sampled_from((8, 16, 24))),
         inter=draw(st.sampled_from((4, 8, 12))),
         experts=experts,
-        top_k=draw(st.integers(1, min(3, experts))),
-        activation=draw(st.sampled_from(oracle.ACTIVATIONS)),
+        top_k=1 if model_forms and on_input else draw(st.integers(1, min(3, experts))),
+        activation=activation,
         limit=draw(st.sampled_from(limits)),
-        on_input=draw(st.booleans()),
+        on_input=on_input,
         output_scale=draw(st.sampled_from((1.0, 2.5))),
         dtype=draw(st.sampled_from(dtypes)),
         seed=draw(seeds(20)),
         x_scale=draw(st.sampled_from((1.0, 3.0))),
         ids_dtype=draw(st.sampled_from((torch.int64, torch.int32))),
-        strided=draw(st.booleans()),
         weights_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
     )
     return replace(recipe, **fixed)

@@ -1,0 +1,119 @@
+"""The field's MoE conventions conform and its known MoE bugs still fail a MUST clause, through the
+real entry point (spec/moe.md: MOE-SELECT's weights dtype and forms, MOE-FUSED's activation names,
+MOE-TOL): tests/moe_field_backends.py, transcribed from vLLM 0.33.0 and transformers 5.24.0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import moe_field_backends as field
+import pytest
+import torch
+from suite_runner import failed_clauses, outcomes, produced_once, run_suite
+
+from conformance import spec_index
+from conformance.checks import assert_close
+from conformance.errors import ConformanceError
+from conformance.moe_checks import call_routing
+from conformance.strategies.moe import RoutingRecipe
+from conformance.tolerances import routing_atol_scale, tolerance
+from reference import moe as oracle
+
+PATHS = ["conformance/test_moe.py", "conformance/test_moe_forms.py"]
+# MOE-PADDED left out: these routers, like the torch code they are taken from, score a NaN row as NaN.
+SELECTION = "not padded_rows and not reject_bad_input"
+
+
+@pytest.fixture(scope="module")
+def field_run(tmp_path_factory):
+    """One suite run of the MoE properties against the backends of tests/moe_field_backends.py."""
+
+    def produce(folder: Path) -> dict:
+        return run_suite(
+            folder, paths=PATHS, modules=["moe_field_backends:BACKENDS"], pythonpath=[Path(__file__).parent],
+            extra=["--device", "cpu", "-k", SELECTION], profile="ci-noshrink",
+        )  # fmt: skip
+
+    return produced_once(tmp_path_factory, "opconform-moe-field-run", produce)
+
+
+def _must(clauses) -> set[str]:
+    known = spec_index.load_clauses()
+    return {c for c in clauses if known[c].level == "MUST"}
+
+
+@pytest.mark.parametrize("name", ["vllm-cpu-moe", "transformers-qwen3-gpt-oss"])
+def test_field_routers_and_experts_conform(field_run, name):
+    """vLLM's CPU router (scores in the logits' dtype, float32 weights; the group score tied to the
+    bias), transformers' Qwen3-MoE and gpt-oss routers (weights in the logits' dtype) and vLLM's MoE
+    activations ("silu" clamping before the SiLU, "swiglustep" after) fail no MUST clause."""
+    counts = outcomes(field_run, name)
+    assert counts.get("passed", 0) >= 12, (counts, field_run["stdout"][-3000:])
+    failed = failed_clauses(field_run).get(name, set())
+    assert not _must(failed), (failed, field_run["stdout"][-6000:])
+    # Where they used to fail: a group score the bias does not imply, gpt-oss's SwiGLU without a limit.
+    assert "MOE-COMBOS" in failed, (failed, field_run["stdout"][-3000:])
+
+
+@pytest.mark.parametrize(
+    "name, clause",
+    [
+        ("wrong-factor-twice", "MOE-RSF-ONCE"),
+        ("wrong-groups-masked-zero", "MOE-GROUPS"),
+        ("wrong-bias-in-logits-dtype", "MOE-BIAS"),
+        ("wrong-clamp-dropped", "MOE-CLAMP"),
+    ],
+)
+def test_field_bugs_still_fail_a_must_clause(field_run, name, clause):
+    """The factor applied twice, excluded groups at 0, the bias rounded to bfloat16 before the choice,
+    the clamp dropped in the fused experts: each fails its MUST clause."""
+    assert clause in failed_clauses(field_run).get(name, set()), field_run["stdout"][-3000:]
+
+
+def test_weight_sum_failures_lead_with_the_sum_and_the_factor(field_run):
+    """MOE-RSF-ONCE and MOE-RENORM failures of the factor applied twice open with the weights' sum and
+    what the factor and renormalize make it, before the largest violation."""
+    for clause in ("MOE-RSF-ONCE", "MOE-RENORM"):
+        verdicts = [
+            line
+            for line in field_run["stdout"].splitlines()
+            if line.startswith(f"[{clause}]") and "wrong-factor-twice" in line
+        ]
+        assert verdicts, (clause, field_run["stdout"][-3000:])
+        assert all("weights sum to " in line and "routed_scaling_factor" in line for line in verdicts), (
+            verdicts
+        )
+
+
+def test_routing_allowance_holds_vllm_cpu_softmax_only_with_its_exponent_term():
+    """MOE-TOL: vLLM's CPU _softmax_topk in float16 (exp(x - logsumexp) op by op) errs beyond the bare
+    float16 row on this draw, and within it plus routing_atol_scale's exponent term."""
+    recipe = RoutingRecipe(tokens=6, experts=64, top_k=6, scoring="softmax", renormalize=False, num_groups=1,
+                           topk_group=1, group_score="max", routed_scaling_factor=1.0, dtype=torch.float16,
+                           seed=0)  # fmt: skip
+    logits, _ = recipe.make()
+    weights, ids = field.vllm_cpu_softmax_topk(logits, 6, False)
+    want = oracle.routing_weights(
+        logits, ids, scoring="softmax", renormalize=False, routed_scaling_factor=1.0
+    )
+    tol = tolerance("moe-routing", torch.float16)
+    scale = routing_atol_scale(logits, ids, want, scoring="softmax", renormalize=False, dtype=torch.float16)
+    assert_close(weights, want, clause="MOE-SELECT", context="c", tol=tol, atol_scale=scale)
+    with pytest.raises(ConformanceError):
+        assert_close(weights, want, clause="MOE-SELECT", context="c", tol=tol)
+
+
+def test_routing_weights_of_a_third_dtype_fail():
+    """MOE-SELECT: weights float32 or the logits' dtype; float64 weights of bfloat16 logits fail."""
+
+    class Float64Weights:
+        name = "float64-weights"
+
+        def select_experts(self, router_logits, **options):
+            return torch.full((2, 1), 1.0, dtype=torch.float64), torch.zeros(2, 1, dtype=torch.int64)
+
+    options = dict(top_k=1, scoring="softmax", renormalize=True, num_groups=1, topk_group=1,
+                   group_score="max", routed_scaling_factor=1.0)  # fmt: skip
+    with pytest.raises(ConformanceError, match="expected float32 or the logits' dtype torch.bfloat16"):
+        call_routing(Float64Weights(), torch.zeros(2, 4, dtype=torch.bfloat16), None, options,
+                     clause="MOE-SELECT", context="c")  # fmt: skip
