@@ -63,6 +63,13 @@ def requested(config) -> bool:
     return any(config.getoption(dest) not in (default, None) for dest, default in OPTIONS)
 
 
+def backend_of(item):
+    """The backend a case runs on: its ``backend`` parameter when that is a backend (a ``name`` and
+    ``unavailable``); None for a user's own test whose parameter of that name is something else."""
+    backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
+    return backend if hasattr(backend, "name") and hasattr(backend, "unavailable") else None
+
+
 def suite_dir() -> Path:
     """The directory of the loaded ``conformance`` package."""
     return Path(sys.modules["conformance"].__file__).resolve().parent

@@ -240,8 +240,7 @@ def pytest_collection_modifyitems(config, items):
         return
     kept, dropped = [], []
     for item in items:
-        backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
-        declared = getattr(backend, "clauses", None)
+        declared = getattr(activation.backend_of(item), "clauses", None)
         checked = {c for mark in item.iter_markers("clause") for c in mark.args}
         (kept if declared is None or checked & set(declared) else dropped).append(item)
     if dropped:
@@ -322,15 +321,15 @@ def pytest_runtest_makereport(item, call):
         return report
     if call.when == "call" and not report.skipped and recorder.INFO in dict(item.user_properties):
         recorder.record_call(item, call, report)
-    failfast.note(item.config, getattr(getattr(item, "callspec", None), "params", {}).get("backend"), report)
+    failfast.note(item.config, activation.backend_of(item), report)
     return report
 
 
 def pytest_runtest_setup(item):
     if state(item.config) is None:
         return
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    backend, device = params.get("backend"), params.get("device")
+    backend, device = activation.backend_of(item), getattr(item, "callspec", None)
+    device = getattr(device, "params", {}).get("device")
     if backend is not None or item.get_closest_marker("clause"):
         # user_properties travel with every report, also from xdist workers to the recorder.
         recorder.attach_case(item)

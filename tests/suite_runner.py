@@ -66,11 +66,13 @@ def run_test_file(
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
-def failed_clauses(document: dict) -> dict[str, set[str]]:
-    """backend name -> the clauses its failures broke (``failure.clause`` in the results)."""
+def failed_clauses(document: dict, *, should: bool = False) -> dict[str, set[str]]:
+    """backend name -> the clauses its MUST failures broke (``failure.clause`` in the results); with
+    ``should``, its SHOULD failures' clauses too."""
     named: dict[str, set[str]] = defaultdict(set)
+    counted = {results.Outcome.FAILED, *([results.Outcome.SHOULD_FAILED] if should else [])}
     for case in results.Document.from_dict(document).results:
-        if case.outcome == results.Outcome.FAILED and case.failure and case.failure.clause:
+        if case.outcome in counted and case.failure and case.failure.clause:
             named[case.backend].add(case.failure.clause)
     return named
 
