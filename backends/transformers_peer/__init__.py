@@ -3,7 +3,7 @@ the installed transformers' own code (the ``peers`` extra).
 
 Design (the einops ``_backends`` pattern): one small section class per op family, in its own module
 (``activations``, ``norms``, ``rope``, ``moe``, ``masks``), combined into one backend class. Nothing
-imports transformers at import time: ``_hf.module`` imports a transformers module the first time an
+imports transformers at import time: ``_hf.hf_module`` imports a transformers module the first time an
 op needs it, so the seconds that costs are paid only when a case of this backend runs, and
 ``unavailable`` only looks the package up.
 

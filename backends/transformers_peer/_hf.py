@@ -8,11 +8,11 @@ import importlib
 
 
 @functools.cache
-def module(name: str):
-    """``transformers.<name>``, imported once (e.g. ``module("models.llama.modeling_llama")``)."""
+def hf_module(name: str):
+    """``transformers.<name>``, imported once (e.g. ``hf_module("models.llama.modeling_llama")``)."""
     return importlib.import_module(f"transformers.{name}")
 
 
-def attr(name: str, attribute: str):
+def hf_attr(name: str, attribute: str):
     """``transformers.<name>.<attribute>``."""
-    return getattr(module(name), attribute)
+    return getattr(hf_module(name), attribute)

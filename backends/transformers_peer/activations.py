@@ -22,7 +22,7 @@ import math
 import torch
 
 from backends import NotImplementedOp
-from backends.transformers_peer import _hf
+from backends.transformers_peer._hf import hf_attr
 
 # gelu_and_mul's approximate -> the ACT2FN name of transformers' GELU of that mode.
 GELU_BY_MODE = {"none": "gelu", "tanh": "gelu_pytorch_tanh"}
@@ -34,26 +34,26 @@ TINY = dict(hidden_size=2, num_attention_heads=1, num_key_value_heads=1, num_hid
 @functools.cache
 def act_fn(name: str) -> torch.nn.Module:
     """``ACT2FN[name]``, instantiated once (ACT2FN builds a new module on each lookup)."""
-    return _hf.attr("activations", "ACT2FN")[name]
+    return hf_attr("activations", "ACT2FN")[name]
 
 
 @functools.cache
 def _experts(kind: str) -> torch.nn.Module:
     """One expert module of ``kind`` ("step3p7", "deepseek_v4", "gpt_oss"), from a one-expert config."""
     if kind == "step3p7":
-        config = _hf.attr("models.step3p7.configuration_step3p7", "Step3p7TextConfig")(
+        config = hf_attr("models.step3p7.configuration_step3p7", "Step3p7TextConfig")(
             n_routed_experts=1, moe_intermediate_size=1, **TINY
         )
-        return _hf.attr("models.step3p7.modeling_step3p7", "Step3p7Experts")(config)
+        return hf_attr("models.step3p7.modeling_step3p7", "Step3p7Experts")(config)
     if kind == "deepseek_v4":
-        config = _hf.attr("models.deepseek_v4.configuration_deepseek_v4", "DeepseekV4Config")(
+        config = hf_attr("models.deepseek_v4.configuration_deepseek_v4", "DeepseekV4Config")(
             n_routed_experts=1, moe_intermediate_size=1, **TINY
         )
-        return _hf.attr("models.deepseek_v4.modeling_deepseek_v4", "DeepseekV4Experts")(config)
-    config = _hf.attr("models.gpt_oss.configuration_gpt_oss", "GptOssConfig")(
+        return hf_attr("models.deepseek_v4.modeling_deepseek_v4", "DeepseekV4Experts")(config)
+    config = hf_attr("models.gpt_oss.configuration_gpt_oss", "GptOssConfig")(
         num_local_experts=1, intermediate_size=1, head_dim=2, **TINY
     )
-    return _hf.attr("models.gpt_oss.modeling_gpt_oss", "GptOssExperts")(config)
+    return hf_attr("models.gpt_oss.modeling_gpt_oss", "GptOssExperts")(config)
 
 
 def _limit(limit) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from backends import NotImplementedOp
-from backends.transformers_peer import _hf
+from backends.transformers_peer._hf import hf_module
 
 
 class TransformersMasks:
@@ -22,7 +22,7 @@ class TransformersMasks:
     def encoder_attention_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
         if device is None:
             device = "cpu" if padding_mask is None else padding_mask.device
-        hf = _hf.module("masking_utils")
+        hf = hf_module("masking_utils")
         mask_function = hf.causal_mask_function
         if sliding_window is not None:
             mask_function = hf.and_masks(hf.causal_mask_function, hf.sliding_window_overlay(sliding_window))

@@ -1,18 +1,21 @@
 """MoE routing and experts (spec/moe.md) computed by transformers' own modules.
 
-``select_experts`` runs the router of the model whose routing the keywords describe, built from a
-config of those keywords: DeepSeek-V3's ``DeepseekV3TopkRouter`` (sigmoid, the correction bias as
-its float32 ``e_score_correction_bias``, zeros without one, groups by the sum of the two best,
-``norm_topk_prob``, ``routed_scaling_factor``), Qwen3-MoE's ``Qwen3MoeTopKRouter`` (softmax,
-``norm_topk_prob``), DeepSeek-V2's ``DeepseekV2TopkRouter`` (softmax, ``greedy`` or
-``group_limited_greedy`` by the best score, ``routed_scaling_factor``, no renormalisation) and
-gpt-oss's ``GptOssTopKRouter`` (top-k, then the softmax of the k; its bias None). A router
-computes its logits as ``F.linear(hidden_states, weight)``: the logits go in as the hidden states
-and the weight is ``IdentityWeight``, whose ``F.linear`` returns its input as is (an identity
-matrix would turn an infinite logit into NaN across its row: inf * 0). A combination no such
-router computes (a softmax with a correction bias, sigmoid groups by their best score, a
-renormalised softmax with a factor, a factor on top-k-then-softmax) raises NotImplementedError:
-transformers has no code for it.
+``select_experts`` runs the router of the released model whose routing the keywords describe,
+built from a config of those keywords: DeepSeek-V3's ``DeepseekV3TopkRouter`` (sigmoid, the bias
+for the choice, groups by their two best, ``norm_topk_prob``, ``routed_scaling_factor``),
+Qwen3-MoE's ``Qwen3MoeTopKRouter`` (softmax, ``norm_topk_prob``), DeepSeek-V2's
+``DeepseekV2TopkRouter`` (softmax, ``greedy`` or groups by their best, the factor, never
+renormalised), Mistral 4's ``Mistral4TopkRouter`` (softmax, groups by their two best,
+``norm_topk_prob``, the factor), ERNIE 4.5's ``Ernie4_5_MoeTopKRouter`` (softmax, the bias for the
+choice, renormalised), LongCat-Flash's ``LongcatFlashTopkRouter`` (softmax, the bias for the
+choice, the factor) and gpt-oss's ``GptOssTopKRouter`` (top-k, then the softmax of the k). The
+bias goes into the router's own float32 tensor, as a checkpoint loads it. A router computes its
+logits as ``F.linear(hidden_states, weight)``: the logits go in as the hidden states and the
+weight is ``IdentityWeight``, whose ``F.linear`` returns its input as is (an identity matrix would
+turn an infinite logit into NaN across its row: inf * 0). A combination no released model's
+router computes (sigmoid groups by their best, a renormalised softmax grouped by the best, a
+softmax with a bias and groups or with renormalisation and a factor, a factor on top-k-then-
+softmax) raises NotImplementedError: transformers has no code for it.
 
 ``fused_moe`` runs the expert modules on the given routing: ``DeepseekV3Experts`` (SwiGLU),
 Step-3.5's ``Step3p7SparseMoeBlock`` for a limit or an output scale (its ``Step3p7Experts`` clamp
@@ -31,17 +34,21 @@ import math
 import torch
 
 from backends import NotImplementedOp
-from backends.transformers_peer import _hf
+from backends.transformers_peer._hf import hf_attr
 
 TINY = dict(num_attention_heads=1, num_key_value_heads=1, num_hidden_layers=1)
 
 
 def _config(model: str, config_class: str, **fields):
-    return _hf.attr(f"models.{model}.configuration_{model}", config_class)(**TINY, **fields)
+    config = hf_attr(f"models.{model}.configuration_{model}", config_class)(**TINY, **fields)
+    # The experts modules' own forward (what a model loaded with experts_implementation="eager" runs;
+    # unset, @use_experts_implementation warns and runs the same forward).
+    config._experts_implementation = "eager"
+    return config
 
 
 def _module(model: str, name: str, *args):
-    return _hf.attr(f"models.{model}.modeling_{model}", name)(*args)
+    return hf_attr(f"models.{model}.modeling_{model}", name)(*args)
 
 
 class IdentityWeight(torch.Tensor):
@@ -57,43 +64,67 @@ class IdentityWeight(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
+def _identity(module, name: str, experts: int, device) -> None:
+    """``module.<name>`` (a registered parameter) replaced by an IdentityWeight, a plain attribute."""
+    delattr(module, name)
+    setattr(module, name, torch.eye(experts, device=device).as_subclass(IdentityWeight))
+
+
 def _router(logits, top_k, scoring, renormalize, bias, num_groups, topk_group, group_score, rsf):
-    """The transformers router computing this routing, its weight the identity in its own dtype."""
-    experts = logits.shape[-1]
-    common = dict(hidden_size=experts, num_experts_per_tok=top_k)
-    weight_dtype = logits.dtype  # a router's weight is in the model's dtype, the logits'...
-    one_group, plain_softmax = num_groups == 1, scoring == "softmax" and bias is None
-    if scoring == "sigmoid" and (one_group or group_score == "top2_sum"):
-        config = _config("deepseek_v3", "DeepseekV3Config", n_routed_experts=experts, n_group=num_groups,
-                         topk_group=topk_group, norm_topk_prob=renormalize, routed_scaling_factor=rsf,
-                         **common)  # fmt: skip
+    """The transformers router of a released model that computes this routing, or NotImplementedError."""
+    experts, one_group = logits.shape[-1], num_groups == 1
+    sizes = dict(hidden_size=experts, num_experts_per_tok=top_k)
+    grouped = dict(n_group=num_groups, topk_group=topk_group, routed_scaling_factor=rsf, **sizes)
+    top2, best = one_group or group_score == "top2_sum", one_group or group_score == "max"
+    plain, biased = scoring == "softmax" and bias is None, scoring == "softmax" and bias is not None
+    bias_name = "e_score_correction_bias"
+    if scoring == "sigmoid" and top2:
+        # DeepSeek-V3: sigmoid, the bias for the choice, groups by their two best
+        config = _config("deepseek_v3", "DeepseekV3Config", n_routed_experts=experts,
+                         norm_topk_prob=renormalize, **grouped)  # fmt: skip
         router = _module("deepseek_v3", "DeepseekV3TopkRouter", config)
-        weight_dtype = torch.float32  # ... but the DeepSeek routers' is float32 (the input cast to it)
-        if bias is not None:  # loaded as float32 (_keep_in_fp32_modules_strict)
-            router.e_score_correction_bias.copy_(bias)
-    elif plain_softmax and one_group and rsf == 1:
+    elif plain and one_group and rsf == 1:
+        # Qwen3-MoE: softmax, top-k, norm_topk_prob
         config = _config("qwen3_moe", "Qwen3MoeConfig", num_experts=experts, norm_topk_prob=renormalize,
-                         **common)  # fmt: skip
+                         **sizes)  # fmt: skip
         router = _module("qwen3_moe", "Qwen3MoeTopKRouter", config)
-    elif plain_softmax and not renormalize and (one_group or group_score == "max"):
+    elif plain and best and not renormalize:
+        # DeepSeek-V2: softmax, greedy or groups by their best, the factor, never renormalised
         method = "greedy" if one_group else "group_limited_greedy"
-        config = _config("deepseek_v2", "DeepseekV2Config", n_routed_experts=experts, n_group=num_groups,
-                         topk_group=topk_group, topk_method=method, routed_scaling_factor=rsf,
-                         **common)  # fmt: skip
+        config = _config("deepseek_v2", "DeepseekV2Config", n_routed_experts=experts, topk_method=method,
+                         **grouped)  # fmt: skip
         router = _module("deepseek_v2", "DeepseekV2TopkRouter", config)
-        weight_dtype = torch.float32
+    elif plain and top2:
+        # Mistral 4: softmax, groups by their two best, norm_topk_prob, the factor
+        config = _config("mistral4", "Mistral4Config", n_routed_experts=experts, norm_topk_prob=renormalize,
+                         **grouped)  # fmt: skip
+        router = _module("mistral4", "Mistral4TopkRouter", config)
+    elif biased and one_group and renormalize and rsf == 1:
+        # ERNIE 4.5: softmax, the bias for the choice (moe_statics), renormalised
+        config = _config("ernie4_5_moe", "Ernie4_5_MoeConfig", moe_num_experts=experts, **sizes)
+        router = _module("ernie4_5_moe", "Ernie4_5_MoeTopKRouter", config)
+        bias_name = "moe_statics.e_score_correction_bias"
+    elif biased and one_group and not renormalize:
+        # LongCat-Flash: softmax, the bias for the choice, the factor (no zero experts)
+        config = _config("longcat_flash", "LongcatFlashConfig", n_routed_experts=experts, zero_expert_num=0,
+                         routed_scaling_factor=rsf, **sizes)  # fmt: skip
+        router = _module("longcat_flash", "LongcatFlashTopkRouter", config)
     elif scoring == "topk_softmax" and rsf == 1:
-        config = _config("gpt_oss", "GptOssConfig", num_local_experts=experts, **common)
+        # gpt-oss: top-k on the logits, then the softmax of the k; its router bias (zero here) None
+        config = _config("gpt_oss", "GptOssConfig", num_local_experts=experts, **sizes)
         router = _module("gpt_oss", "GptOssTopKRouter", config)
-        router.bias = None  # a zero bias: F.linear(h, weight, None)
+        router.bias = None
     else:
         raise NotImplementedError(
             f"no transformers router computes scoring={scoring!r} with renormalize={renormalize}, "
             f"correction_bias={'given' if bias is not None else None}, num_groups={num_groups}, "
             f"group_score={group_score!r}, routed_scaling_factor={rsf}"
         )
-    del router.weight  # a registered parameter; the identity goes in as a plain attribute
-    router.weight = torch.eye(experts, dtype=weight_dtype, device=logits.device).as_subclass(IdentityWeight)
+    if bias is not None:  # into the router's own float32 tensor (_keep_in_fp32_modules_strict)
+        tensors = {**dict(router.named_buffers()), **dict(router.named_parameters())}
+        with torch.no_grad():
+            tensors[bias_name].view(-1).copy_(bias)
+    _identity(getattr(router, "classifier", router), "weight", experts, logits.device)
     return router.to(logits.device)
 
 

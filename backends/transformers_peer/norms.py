@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from backends.transformers_peer import _hf
+from backends.transformers_peer._hf import hf_attr
 
 LLAMA = ("models.llama.modeling_llama", "LlamaRMSNorm")
 GEMMA3 = ("models.gemma3.modeling_gemma3", "Gemma3RMSNorm")
 
 
 def _norm(where: tuple[str, str], x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    module = _hf.attr(*where)(weight.shape[0], eps=eps)
+    module = hf_attr(*where)(weight.shape[0], eps=eps)
     module.weight = torch.nn.Parameter(weight.detach(), requires_grad=False)
     return module(x)
 

@@ -29,7 +29,7 @@ import functools
 import torch
 
 from backends import NotImplementedOp
-from backends.transformers_peer import _hf
+from backends.transformers_peer._hf import hf_attr
 
 # The config fields a rope reader may read (spec/rope.md, ROPE-PARAMS), passed to the config class.
 ROPE_FIELDS = (
@@ -41,27 +41,27 @@ ROPE_FIELDS = (
 
 def transformers_config(config):
     """A transformers config object carrying ``config``'s rope fields (a copy: the readers mutate it)."""
-    if isinstance(config, _hf.attr("configuration_utils", "PreTrainedConfig")):
+    if isinstance(config, hf_attr("configuration_utils", "PreTrainedConfig")):
         return copy.deepcopy(config)
     fields = dict(config) if isinstance(config, dict) else dict(vars(config))
     kwargs = {k: copy.deepcopy(fields[k]) for k in ROPE_FIELDS if k in fields}
     if kwargs.get("layer_types"):
         kwargs["num_hidden_layers"] = len(kwargs["layer_types"])
     if "rope_local_base_freq" in kwargs:  # Gemma3's config.json form, read by its own class
-        return _hf.attr("models.gemma3.configuration_gemma3", "Gemma3TextConfig")(**kwargs)
-    return _hf.attr("models.qwen2.configuration_qwen2", "Qwen2Config")(**kwargs)
+        return hf_attr("models.gemma3.configuration_gemma3", "Gemma3TextConfig")(**kwargs)
+    return hf_attr("models.qwen2.configuration_qwen2", "Qwen2Config")(**kwargs)
 
 
 def _default_init(layer_type):
     if layer_type is None:
-        return _hf.attr("models.stablelm.modeling_stablelm", "StableLmRotaryEmbedding")
-    return _hf.attr("models.step3p7.modeling_step3p7", "Step3p7RotaryEmbedding")
+        return hf_attr("models.stablelm.modeling_stablelm", "StableLmRotaryEmbedding")
+    return hf_attr("models.step3p7.modeling_step3p7", "Step3p7RotaryEmbedding")
 
 
 @functools.cache
 def _rotary_module(path: str, name: str, config_path: str, config_name: str) -> torch.nn.Module:
     """One rotary module of a model, from its config class's defaults (its methods are what is used)."""
-    return _hf.attr(path, name)(_hf.attr(config_path, config_name)())
+    return hf_attr(path, name)(hf_attr(config_path, config_name)())
 
 
 def _llama_rotary():
@@ -81,9 +81,9 @@ def _halves(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _apply(query, key, cos, sin, is_neox_style):
     """q [T, H, d], k [T, Hk, dk], cos/sin [T, r] in the modules' layout: the model's apply function."""
     if is_neox_style:
-        apply = _hf.attr("models.gpt_neox.modeling_gpt_neox", "apply_rotary_pos_emb")
+        apply = hf_attr("models.gpt_neox.modeling_gpt_neox", "apply_rotary_pos_emb")
     else:
-        apply = _hf.attr("models.glm.modeling_glm", "apply_rotary_pos_emb")
+        apply = hf_attr("models.glm.modeling_glm", "apply_rotary_pos_emb")
     cos, sin = cos[None].to(query.dtype), sin[None].to(query.dtype)
     q, k = apply(query[None], key[None], cos, sin, unsqueeze_dim=2)
     return q[0], k[0]
@@ -109,11 +109,11 @@ class TransformersRope:
         kwargs = {} if layer_type is None else {"layer_type": layer_type}
         if params["rope_type"] == "default":
             return _default_init(layer_type).compute_default_rope_parameters(hf, **kwargs)
-        init = _hf.attr("modeling_rope_utils", "ROPE_INIT_FUNCTIONS")[params["rope_type"]]
+        init = hf_attr("modeling_rope_utils", "ROPE_INIT_FUNCTIONS")[params["rope_type"]]
         return init(hf, None, seq_len=seq_len, **kwargs)
 
     def rope_softmax_scale(self, config, *, scale):
-        apply_mscale = _hf.attr("models.deepseek_v3.modeling_deepseek_v3", "yarn_apply_mscale")
+        apply_mscale = hf_attr("models.deepseek_v3.modeling_deepseek_v3", "yarn_apply_mscale")
         return apply_mscale(transformers_config(config).rope_parameters, scale)
 
     def rope_cos_sin(self, positions, inv_freq, *, attention_factor):
