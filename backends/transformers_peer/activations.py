@@ -60,6 +60,25 @@ def _limit(limit) -> float:
     return math.inf if limit is None else limit
 
 
+# The config fields Step-3.5's layers read their limits from (ACT-LIMIT-CONFIG), and the sizes that
+# keep the layers built to read them tiny.
+LIMIT_FIELDS = ("swiglu_limits", "swiglu_limits_shared", "num_nextn_predict_layers", "num_hidden_layers")
+TINY_STEP = dict(
+    hidden_size=2, intermediate_size=1, moe_intermediate_size=1, share_expert_dim=1, n_routed_experts=1
+)
+
+
+def _step_config(config, layer_idx: int):
+    """A Step3p7TextConfig with ``config``'s limit lists (a mapping: a config.json) and tiny layers."""
+    config_class = hf_attr("models.step3p7.configuration_step3p7", "Step3p7TextConfig")
+    if isinstance(config, config_class):
+        fields = {name: getattr(config, name) for name in LIMIT_FIELDS}
+    else:
+        fields = {name: config[name] for name in LIMIT_FIELDS if name in config}
+        fields.setdefault("num_hidden_layers", layer_idx + 1)
+    return config_class(**fields, **TINY_STEP, num_attention_heads=1, num_key_value_heads=1)
+
+
 def _mlp(name: str, x: torch.Tensor) -> torch.Tensor:
     """``act_fn(gate) * up`` as transformers' MLPs compute it, gate the left half of x."""
     d = x.shape[-1] // 2
@@ -101,10 +120,20 @@ class TransformersActivations:
     def quick_gelu(self, x):
         return act_fn(VARIANTS["quick_gelu"])(x)
 
-    swiglu_limit = NotImplementedOp(
-        "transformers reads a layer's limit inside Step3p7SparseMoeBlock/Step3p7MLP.__init__, with no "
-        "function of (config, layer_idx)"
-    )
+    def swiglu_limit(self, config, layer_idx, *, shared):
+        # The limit the layer built from the config clamps with: Step3p7MLP's (the shared expert) or
+        # Step3p7SparseMoeBlock's experts' (routed); inf, their "no clamp", is None.
+        step = _step_config(config, layer_idx)
+        if shared:
+            layer = hf_attr("models.step3p7.modeling_step3p7", "Step3p7MLP")(
+                step, layer_idx, is_shared_expert=True
+            )
+        else:
+            layer = hf_attr("models.step3p7.modeling_step3p7", "Step3p7SparseMoeBlock")(
+                step, layer_idx
+            ).experts
+        return None if layer.limit == math.inf else layer.limit
+
     situ_and_mul = NotImplementedOp("transformers has no SiTU activation")
     npu_geglu_args = NotImplementedOp("torch_npu kernel arguments: an Ascend adapter's op")
     npu_gelu_variant_args = NotImplementedOp("torch_npu kernel arguments: an Ascend adapter's op")
