@@ -3,7 +3,8 @@
 ``select_experts`` runs the router of the released model whose routing the keywords describe,
 built from a config of those keywords: DeepSeek-V3's ``DeepseekV3TopkRouter`` (sigmoid, the bias
 for the choice, groups by their two best, ``norm_topk_prob``, ``routed_scaling_factor``),
-Qwen3-MoE's ``Qwen3MoeTopKRouter`` (softmax, ``norm_topk_prob``), DeepSeek-V2's
+Mixtral's ``MixtralTopKRouter`` (softmax, renormalised), Qwen3-MoE's ``Qwen3MoeTopKRouter``
+(softmax, ``norm_topk_prob`` False), DeepSeek-V2's
 ``DeepseekV2TopkRouter`` (softmax, ``greedy`` or groups by their best, the factor, never
 renormalised), Mistral 4's ``Mistral4TopkRouter`` (softmax, groups by their two best,
 ``norm_topk_prob``, the factor), ERNIE 4.5's ``Ernie4_5_MoeTopKRouter`` (softmax, the bias for the
@@ -83,10 +84,13 @@ def _router(logits, top_k, scoring, renormalize, bias, num_groups, topk_group, g
         config = _config("deepseek_v3", "DeepseekV3Config", n_routed_experts=experts,
                          norm_topk_prob=renormalize, **grouped)  # fmt: skip
         router = _module("deepseek_v3", "DeepseekV3TopkRouter", config)
+    elif plain and one_group and rsf == 1 and renormalize:
+        # Mixtral: softmax, top-k, always renormalised
+        config = _config("mixtral", "MixtralConfig", num_local_experts=experts, **sizes)
+        router = _module("mixtral", "MixtralTopKRouter", config)
     elif plain and one_group and rsf == 1:
-        # Qwen3-MoE: softmax, top-k, norm_topk_prob
-        config = _config("qwen3_moe", "Qwen3MoeConfig", num_experts=experts, norm_topk_prob=renormalize,
-                         **sizes)  # fmt: skip
+        # Qwen3-MoE: softmax, top-k, norm_topk_prob (False here: Mixtral's router is its True)
+        config = _config("qwen3_moe", "Qwen3MoeConfig", num_experts=experts, norm_topk_prob=False, **sizes)
         router = _module("qwen3_moe", "Qwen3MoeTopKRouter", config)
     elif plain and best and not renormalize:
         # DeepSeek-V2: softmax, greedy or groups by their best, the factor, never renormalised
