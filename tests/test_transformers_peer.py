@@ -54,15 +54,12 @@ FUSED = ("MOE-FUSED", "MOE-CLAMP", "MOE-RSF-ONCE", "MOE-PERMUTE")
 # (b) Suite false alarms: MUST demands that correct transformers code fails, pending their fix in the
 # scope named (issue 36). Remove an entry when its fix merges (test_known_failures_still_occur says so).
 PENDING = [
-    Known(ROUTING, r"weights: returned a tensor of shape \([\d, ]*\), dtype torch\.(float16|bfloat16)|"
-          r"scoring='(softmax|topk_softmax)'.*logits='b?float16 [^']*': weights by id",
-          "conventions-moe, routing weights' dtype: Qwen3MoeTopKRouter, GptOssTopKRouter and "
-          "Ernie4_5_MoeTopKRouter return the weights in the logits' dtype (.to(router_logits.dtype)); "
-          "rounded to float16/bfloat16 they also exceed the float32 row"),
-    Known(ROUTING + FUSED, r"raised NotImplementedError: (no transformers router computes|transformers "
-          r"applies the router weight|gpt-oss's MoE has no output scale)",
-          "conventions-moe, combinations no released model uses: no transformers router or expert module "
-          "computes them (backends/transformers_peer/moe.py)"),
+    Known(ROUTING + FUSED, r"raised NotImplementedError: no transformers (router|MoE block) computes",
+          "unowned (merged conventions-moe draws every model form with every flag): no transformers router "
+          "or MoE block has the flag the draw adds to its model's form (gpt-oss: no routed_scaling_factor; "
+          "DeepSeek-V2: no renormalisation; ERNIE 4.5: no factor; Llama-4's weight on the input: SwiGLU, no "
+          "limit or output scale; gpt-oss and DeepSeek-V4 experts: no output scale); the backend raises "
+          "NotImplementedError there, and a failure is what the suite records for it"),
     Known(("MOE-PADDED",), r"a padded row \(NaN/Inf logits\) got non-finite weights",
           "unowned: every transformers router gives NaN weights for a row with a NaN logit (and the softmax "
           "ones for +inf); MOE-PADDED's finite weights are vLLM's CUDA top-k kernel's promise, not the "

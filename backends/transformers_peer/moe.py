@@ -19,13 +19,15 @@ softmax with a bias and groups or with renormalisation and a factor, a factor on
 softmax) raises NotImplementedError: transformers has no code for it.
 
 ``fused_moe`` runs the expert modules on the given routing: ``DeepseekV3Experts`` (SwiGLU),
-Step-3.5's ``Step3p7SparseMoeBlock`` for a limit or an output scale (its ``Step3p7Experts`` clamp
-after the SiLU, its output times ``moe_router_scaling_factor``), ``GptOssExperts`` (zero biases,
-alpha and the limit of the call), and Llama-4's ``Llama4TextMoe`` for the router weight on the
-input (its router's dense scores, in x's dtype as its router gives them). In the blocks the router
-is replaced by the given routing and the shared expert by none (fused_moe has no shared expert:
-append_shared_experts is another op). Ids go in as int64, as transformers' routers give them.
-``append_shared_experts`` and ``moe_router_config`` have no transformers counterpart.
+Step-3.5's ``Step3p7SparseMoeBlock`` for ``"swiglustep"`` or an output scale (its
+``Step3p7Experts`` clamp after the SiLU, its output times ``moe_router_scaling_factor``),
+DeepSeek-V4's ``DeepseekV4Experts`` for ``"silu"`` with a limit (the clamp before the SiLU),
+``GptOssExperts`` (zero biases, the limit of the call), and Llama-4's ``Llama4TextMoe`` for the
+router weight on the input (its router's dense scores, in x's dtype as its router gives them).
+In the blocks the router is replaced by the given routing and the shared expert by none
+(fused_moe has no shared expert: append_shared_experts is another op). Ids go in as int64, as
+transformers' routers give them. ``append_shared_experts`` and ``moe_router_config`` have no
+transformers counterpart.
 """
 
 from __future__ import annotations
@@ -168,22 +170,36 @@ def _parameters(module, **tensors):
 def _fused(x, w13, w2, weights, ids, activation, limit, on_input, output_scale):
     experts, hidden, inter = w13.shape[0], x.shape[1], w2.shape[2]
     sizes = dict(hidden_size=hidden, num_experts_per_tok=ids.shape[1])
-    if on_input and activation == "silu" and limit is None and output_scale == 1:
+    # Without a limit "silu" and "swiglustep" are both SwiGLU (Step3p7Experts clamps at inf).
+    swiglu = activation in ("silu", "swiglustep") and limit is None
+    if on_input and swiglu and output_scale == 1:  # Llama-4: the router weight on the expert input
         config = _config("llama4", "Llama4TextConfig", num_local_experts=experts, intermediate_size=inter,
                          **sizes)  # fmt: skip
         block = _module("llama4", "Llama4TextMoe", config)
         block.router, block.shared_expert = _DenseScores(weights, ids, experts, x.dtype), _NoSharedExpert()
         _parameters(block.experts, gate_up_proj=w13.transpose(1, 2), down_proj=w2.transpose(1, 2))
         return block.to(x.device)(x)[0]
-    if on_input:
-        raise NotImplementedError(
-            "transformers applies the router weight to the expert input only in Llama4TextMoe: "
-            f"SiLU, no limit, no output scale (got activation={activation!r}, limit={limit}, "
-            f"output_scale={output_scale})"
-        )
-    if activation == "swiglu_oai":
-        if output_scale != 1:
-            raise NotImplementedError("gpt-oss's MoE has no output scale")
+    if not on_input and swiglu and output_scale == 1:  # DeepSeek-V3's experts
+        config = _config("deepseek_v3", "DeepseekV3Config", n_routed_experts=experts,
+                         moe_intermediate_size=inter, **sizes)  # fmt: skip
+        module = _module("deepseek_v3", "DeepseekV3Experts", config)
+        _parameters(module, gate_up_proj=w13, down_proj=w2)
+        return module(x, ids, weights)
+    if not on_input and (swiglu or activation == "swiglustep"):  # Step-3.5: clamp after SiLU, output scale
+        config = _config("step3p7", "Step3p7TextConfig", n_routed_experts=experts,
+                         moe_intermediate_size=inter, share_expert_dim=1,
+                         moe_router_scaling_factor=output_scale, swiglu_limits=[limit], **sizes)  # fmt: skip
+        block = _module("step3p7", "Step3p7SparseMoeBlock", config, 0)
+        block.gate, block.shared_experts = _GivenRouting(weights, ids), _NoSharedExpert()
+        _parameters(block.experts, gate_up_proj=w13, down_proj=w2)
+        return block(x[None])[0]
+    if not on_input and activation == "silu" and output_scale == 1:  # DeepSeek-V4: clamp before SiLU
+        config = _config("deepseek_v4", "DeepseekV4Config", n_routed_experts=experts,
+                         moe_intermediate_size=inter, swiglu_limit=limit, **sizes)  # fmt: skip
+        module = _module("deepseek_v4", "DeepseekV4Experts", config)
+        _parameters(module, gate_up_proj=w13, down_proj=w2)
+        return module(x, ids, weights)
+    if not on_input and activation == "swiglu_oai" and output_scale == 1:  # gpt-oss, zero biases
         config = _config("gpt_oss", "GptOssConfig", num_local_experts=experts, intermediate_size=inter,
                          swiglu_limit=math.inf if limit is None else limit, **sizes)  # fmt: skip
         module = _module("gpt_oss", "GptOssExperts", config)
@@ -191,19 +207,10 @@ def _fused(x, w13, w2, weights, ids, activation, limit, on_input, output_scale):
                      down_proj_bias=w2.new_zeros(experts, hidden))  # fmt: skip
         _parameters(module, gate_up_proj=w13.transpose(1, 2), down_proj=w2.transpose(1, 2), **zeros)
         return module(x, ids, weights)
-    if limit is None and output_scale == 1:
-        config = _config("deepseek_v3", "DeepseekV3Config", n_routed_experts=experts,
-                         moe_intermediate_size=inter, **sizes)  # fmt: skip
-        module = _module("deepseek_v3", "DeepseekV3Experts", config)
-        _parameters(module, gate_up_proj=w13, down_proj=w2)
-        return module(x, ids, weights)
-    config = _config("step3p7", "Step3p7TextConfig", n_routed_experts=experts, moe_intermediate_size=inter,
-                     share_expert_dim=1, moe_router_scaling_factor=output_scale,
-                     swiglu_limits=[limit], **sizes)  # fmt: skip
-    block = _module("step3p7", "Step3p7SparseMoeBlock", config, 0)
-    block.gate, block.shared_experts = _GivenRouting(weights, ids), _NoSharedExpert()
-    _parameters(block.experts, gate_up_proj=w13, down_proj=w2)
-    return block(x[None])[0]
+    raise NotImplementedError(
+        f"no transformers MoE block computes activation={activation!r} with limit={limit}, "
+        f"apply_router_weight_on_input={on_input}, output_scale={output_scale}"
+    )
 
 
 class TransformersMoe:

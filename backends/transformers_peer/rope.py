@@ -2,9 +2,10 @@
 
 - ``rope_inv_freq``: the config's fields go into a transformers config class, whose own reader
   standardizes them (``RotaryEmbeddingConfigMixin``: ``rope_scaling`` -> ``rope_parameters``, the
-  defaults): ``Gemma3TextConfig`` for Gemma3's config.json form (``rope_local_base_freq``), else
-  ``Qwen2Config`` (the mixin's reader as is, ``layer_types`` a field of its own: per-layer dicts are
-  recognised; LlamaConfig treats them as one flat dict). Then
+  defaults): the class of its ``model_type`` (``CONFIG_MAPPING``, as ``AutoConfig`` picks it), else
+  ``Gemma3TextConfig`` for Gemma3's config.json form (``rope_local_base_freq``), else
+  ``Qwen2Config`` (the mixin's reader as is, ``layer_types`` a field of its own: per-layer dicts
+  are recognised; LlamaConfig treats them as one flat dict). Then
   ``ROPE_INIT_FUNCTIONS[rope_type](config, None, seq_len=..., layer_type=...)``, and for
   ``default`` a model's ``compute_default_rope_parameters`` that honours ``partial_rotary_factor``:
   StableLM's (flat) or Step-3.5's (per layer type).
@@ -47,6 +48,8 @@ def transformers_config(config):
     kwargs = {k: copy.deepcopy(fields[k]) for k in ROPE_FIELDS if k in fields}
     if kwargs.get("layer_types"):
         kwargs["num_hidden_layers"] = len(kwargs["layer_types"])
+    if "model_type" in fields:  # a config.json of that model: its class, as AutoConfig picks it
+        return hf_attr("models.auto.configuration_auto", "CONFIG_MAPPING")[fields["model_type"]](**kwargs)
     if "rope_local_base_freq" in kwargs:  # Gemma3's config.json form, read by its own class
         return hf_attr("models.gemma3.configuration_gemma3", "Gemma3TextConfig")(**kwargs)
     return hf_attr("models.qwen2.configuration_qwen2", "Qwen2Config")(**kwargs)
