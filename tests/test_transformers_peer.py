@@ -1,10 +1,10 @@
 """The built-in ``transformers`` backend, the field's reference, through the suite: no MUST failure.
 
-One suite run (tests/suite_runner.py, the ``opconform-few`` profile) of the families whose ops the
-backend defines. Each failed case's clause comes from the results JSON and its level from spec/
-(``conformance.spec_index``): a SHOULD failure is expected (transformers' modules validate nothing);
-a MUST failure is an adapter bug, a false alarm of the suite or a transformers bug, and fails here
-unless PENDING or TRANSFORMERS_BUGS names it, with its reason.
+One run (tests/suite_runner.py, the ``opconform-few`` profile) of the whole suite on the backend (its
+n/i ops skip at no cost). Each failed case's clause comes from the results JSON and its level from
+spec/ (``conformance.spec_index``): a SHOULD failure is expected (transformers' modules validate
+nothing); a MUST failure is an adapter bug, a false alarm of the suite or a transformers bug, and
+fails here unless PENDING or TRANSFORMERS_BUGS names it, with its reason.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from backends import builtin_backends, not_implemented_reason
 from backends.protocols import OPS
 from conformance import results
 from conformance.spec_index import load_clauses
@@ -22,15 +23,6 @@ from tests.suite_runner import REPO, produced_once, run_suite
 pytest.importorskip("transformers", reason="transformers (peers extra) is not installed")
 
 BACKEND = "transformers"
-# family -> its property modules; the backend defines ops of these families only (checked below).
-MODULES = {
-    "activations": ["conformance/test_activations.py", "conformance/test_activations_clamped.py"],
-    "norms": ["conformance/test_norms.py"],
-    "rope": ["conformance/test_rope.py", "conformance/test_rope_config.py"],
-    "moe": ["conformance/test_moe.py"],
-    "masks": ["conformance/test_masks.py"],
-    "attention": ["conformance/test_attention.py"],
-}
 Outcome = results.Outcome
 FAILED = (Outcome.FAILED, Outcome.SHOULD_FAILED, Outcome.TIMEOUT, Outcome.CRASH)
 
@@ -100,9 +92,9 @@ TRANSFORMERS_BUGS = [
 
 
 def _run(folder) -> dict:
-    paths = [path for family in MODULES.values() for path in family]
     extra = ["--backend", BACKEND, "--device", "cpu", "-p", "few_examples"]
-    return run_suite(folder, paths=paths, modules=[], extra=extra, pythonpath=[REPO / "tests"], profile="few")
+    return run_suite(folder, paths=["conformance"], modules=[], extra=extra, pythonpath=[REPO / "tests"],
+                     profile="few")  # fmt: skip
 
 
 def _failures(cases, level: str) -> list[tuple[str, str, str]]:
@@ -133,14 +125,7 @@ def test_transformers_has_no_must_failure(tmp_path_factory):
     # transformers validates nothing: its bad-input clauses fail, at SHOULD level, not counted above.
     should = {clause for _, clause, _ in _failures(cases, "SHOULD")}
     assert {"ACT-ERRORS", "NORM-ERRORS", "ROPE-ERRORS", "MOE-ERRORS", "MASK-ERRORS", "ATTN-ERRORS"} <= should
-    passed = {OPS[case.op] for case in cases if case.outcome == Outcome.PASSED and case.op}
-    assert passed == set(MODULES), passed  # every family's ops ran and passed somewhere
-
-
-def test_backend_defines_ops_of_the_run_families_only():
-    """The run covers every family the backend has an op of (an op added elsewhere needs its modules)."""
-    from backends import builtin_backends, not_implemented_reason
-
     backend = next(b for b in builtin_backends() if b.name == BACKEND)
     families = {family for op, family in OPS.items() if not_implemented_reason(backend, op) is None}
-    assert families == set(MODULES), families
+    passed = {OPS[case.op] for case in cases if case.outcome == Outcome.PASSED and case.op}
+    assert passed == families, (passed, families)  # every family it has ops of ran and passed somewhere
