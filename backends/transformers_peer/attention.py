@@ -14,14 +14,16 @@ Nothing is validated (ATTN-ERRORS is expected to fail).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from backends.transformers_peer._hf import hf_attr, hf_module
 
 
-def _module(q: torch.Tensor, k: torch.Tensor):
-    """A LlamaAttention of q's and k's head counts and head dim (only its attributes are read)."""
-    heads, kv_heads, head_dim = q.shape[1], k.shape[1], q.shape[-1]
+@functools.lru_cache(maxsize=64)
+def _llama_attention(heads: int, kv_heads: int, head_dim: int):
+    """A LlamaAttention of these head counts and head dim (only its attributes are read), built once."""
     config = hf_attr("models.llama.configuration_llama", "LlamaConfig")(
         hidden_size=heads * head_dim, head_dim=head_dim, num_attention_heads=heads,
         num_key_value_heads=kv_heads, num_hidden_layers=1, intermediate_size=1,
@@ -31,7 +33,8 @@ def _module(q: torch.Tensor, k: torch.Tensor):
 
 def _sdpa(q, k, v, mask, scale):
     forward = hf_attr("integrations.sdpa_attention", "sdpa_attention_forward")
-    out, _ = forward(_module(q, k), q, k, v, mask, dropout=0.0, scaling=scale)
+    module = _llama_attention(q.shape[1], k.shape[1], q.shape[-1])
+    out, _ = forward(module, q, k, v, mask, dropout=0.0, scaling=scale)
     return out.transpose(1, 2)
 
 
