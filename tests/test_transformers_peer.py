@@ -44,7 +44,7 @@ ROUTING = ("MOE-SELECT", "MOE-SCORING", "MOE-BIAS", "MOE-GROUPS", "MOE-RENORM", 
 FUSED = ("MOE-FUSED", "MOE-CLAMP", "MOE-RSF-ONCE", "MOE-PERMUTE")
 
 # (b) Suite false alarms: MUST demands that correct transformers code fails, pending their fix in the
-# scope named (issue 36). Remove an entry when its fix merges (test_known_failures_still_occur says so).
+# scope named (issue 36). Remove an entry when its fix merges (the test fails naming a stale one).
 PENDING = [
     Known(ROUTING + FUSED, r"raised NotImplementedError: no transformers (router|MoE block) computes",
           "unowned (merged conventions-moe draws every model form with every flag): no transformers router "
