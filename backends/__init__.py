@@ -67,7 +67,7 @@ BUILTIN: dict[str, str] = {
     "diffusers": "backends.diffusers_scheduler:BACKEND",
     "diffusers-wrapped": "backends.diffusers_scheduler:WRAPPED",
     "flex": "backends.flex:BACKEND",
-    "transformers": "backends.transformers_masks:BACKEND",
+    "transformers": "backends.transformers_peer:BACKEND",
 }
 
 

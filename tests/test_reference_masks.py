@@ -66,7 +66,7 @@ def test_converters_keep_window_keys(window):
 @pytest.mark.parametrize("window", [None, 1, 3, 8, 30])
 def test_encoder_mask_equals_transformers(window):
     """The oracle agrees with transformers.masking_utils (sdpa_mask, sliding_window_overlay, padding)."""
-    from backends.transformers_masks import BACKEND
+    from backends.transformers_peer import BACKEND
 
     padding = torch.rand(2, 17, generator=torch.Generator().manual_seed(1)) < 0.7
     for pad in (None, padding):
