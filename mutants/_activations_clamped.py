@@ -112,6 +112,12 @@ class ClampedDefaultLimitSeven(NativeBackend):
         return NativeBackend.swiglu_oai_and_mul(x, alpha=alpha, limit=limit, interleaved=interleaved)
 
 
+def _limit_list(config, shared: bool):
+    """The config's limit list: a config.json mapping's key or a config object's attribute."""
+    key = ref.LIMIT_KEYS[shared]
+    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+
 class _LimitMutant(NativeBackend):
     """Config reading as in the contract; ``select(value, shared)`` decides on the list entry."""
 
@@ -120,7 +126,7 @@ class _LimitMutant(NativeBackend):
 
     def swiglu_limit(self, config, layer_idx, *, shared):
         ref.swiglu_limit(config, layer_idx, shared=shared)  # the contract's validation
-        limits = config.get(ref.LIMIT_KEYS[shared])
+        limits = _limit_list(config, shared)
         value = limits[layer_idx] if limits is not None and layer_idx < len(limits) else None
         return self.select(value, shared)
 
@@ -191,8 +197,7 @@ class LimitPastListReadsLast(NativeBackend):
 
     def swiglu_limit(self, config, layer_idx, *, shared):
         ref.swiglu_limit(config, layer_idx, shared=shared)  # the contract's validation
-        key = ref.LIMIT_KEYS[shared]
-        limits = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+        limits = _limit_list(config, shared)
         if not limits:
             return None
         value = limits[min(layer_idx, len(limits) - 1)]
