@@ -21,7 +21,7 @@ from reference.validation import require_choice, require_positive_finite, requir
 
 
 def require_attention_mask(allowed, q):
-    """ATTN-FLOAT-MASK / MASK-DTYPE: a bool mask, or an additive float mask in q's dtype; else TypeError."""
+    """ATTN-FLOAT-MASK(-REJECT): a bool mask, or an additive float mask in q's dtype; else TypeError."""
     if not isinstance(allowed, torch.Tensor):
         raise TypeError(f"allowed must be a tensor, got {type(allowed).__name__}")
     if allowed.dtype != torch.bool and allowed.dtype != q.dtype:

@@ -206,16 +206,25 @@ SELECTED = [
     ({"swiglu_limits_shared": [5.0]}, 0, True, 5.0),
     ({"swiglu_limits": [0, 7], "swiglu_limits_shared": [0, 0]}, 1, False, 7),
 ]
+# Past a short list: None, or IndexError under ACT-LIMIT-CONFIG-OFF (transformers' and sglang's readers).
+SHORT = [
+    ("short-routed", {"swiglu_limits": [7.0, 7.0]}, 2, False),
+    ("short-shared", {"swiglu_limits_shared": [16.0]}, 3, True),
+]
 DISABLED = [
-    ("negative-routed", {"swiglu_limits": [-7.0]}, 0, False),
-    ("negative-shared", {"swiglu_limits_shared": [-7.0]}, 0, True),
     ("zero-routed", {"swiglu_limits": [0.0, 0]}, 1, False),
     ("zero-shared", {"swiglu_limits_shared": [0]}, 0, True),
     ("none-value", {"swiglu_limits": [None]}, 0, False),
     ("missing-key", {"swiglu_limits": [7.0]}, 0, True),
     ("missing-routed", {"swiglu_limits_shared": [7.0]}, 0, False),
     ("none-list", {"swiglu_limits": None}, 0, False),
-    ("short-list", {"swiglu_limits": [7.0, 7.0]}, 2, False),
+    *SHORT,
+]
+# ACT-LIMIT-CONFIG-ROBUST (SHOULD): a negative value, and a short list, give None.
+ROBUST = [
+    ("negative-routed", {"swiglu_limits": [-7.0]}, 0, False),
+    ("negative-shared", {"swiglu_limits_shared": [-7.0]}, 0, True),
+    *SHORT,
 ]
 
 
@@ -234,18 +243,39 @@ def test_limit_selected_from_config(backend, device, config, layer_idx, shared, 
     )
 
 
+def _check_off(backend, label, config, layer_idx, shared, *, clause, index_error=False):
+    """swiglu_limit gives None (no clamp); with ``index_error`` an IndexError conforms too."""
+    try:
+        got = backend.swiglu_limit(config, layer_idx, shared=shared)
+    except IndexError:
+        if index_error:
+            return
+        raise
+    check(
+        got is None,
+        clause=clause,
+        message=f"backend {backend.name!r}: swiglu_limit({config}, {layer_idx}, shared={shared}) = {got!r} "
+        f"({label}), expected None: the clamp must be off",
+    )
+
+
 @pytest.mark.clause("ACT-LIMIT-CONFIG-OFF")
 @pytest.mark.op("swiglu_limit")
 @pytest.mark.parametrize("label, config, layer_idx, shared", DISABLED, ids=[c[0] for c in DISABLED])
 def test_limit_disabled_by_config(backend, device, label, config, layer_idx, shared):
-    """A value <= 0, None, a missing key or a short list gives None (no clamp)."""
-    got = backend.swiglu_limit(config, layer_idx, shared=shared)
-    check(
-        got is None,
-        clause="ACT-LIMIT-CONFIG-OFF",
-        message=f"backend {backend.name!r}: swiglu_limit({config}, {layer_idx}, shared={shared}) = {got!r} "
-        f"({label}), expected None: the clamp must be off",
-    )
+    """A zero, a None value, a missing key or a None list gives None; past a short list None or IndexError."""
+    short = label.startswith("short")
+    _check_off(backend, label, config, layer_idx, shared, clause="ACT-LIMIT-CONFIG-OFF", index_error=short)
+
+
+@pytest.mark.clause("ACT-LIMIT-CONFIG-ROBUST")
+@pytest.mark.op("swiglu_limit")
+@pytest.mark.parametrize("label, config, layer_idx, shared", ROBUST, ids=[c[0] for c in ROBUST])
+def test_should_turn_the_clamp_off_for_a_negative_limit_or_a_short_list(
+    backend, device, label, config, layer_idx, shared
+):
+    """A negative value, or a list shorter than the layer index, gives None."""
+    _check_off(backend, label, config, layer_idx, shared, clause="ACT-LIMIT-CONFIG-ROBUST")
 
 
 # transformers' own Step-3.5 config class: (kwargs, expected routed limits, expected shared limits).
@@ -254,7 +284,7 @@ TRANSFORMERS_LIMITS = [
      [None, 7.0], [16.0, None]),
     # A hub config padded with one MTP entry: transformers trims it, and layer 2's limit is None.
     (dict(num_hidden_layers=3, num_nextn_predict_layers=1, swiglu_limits=[0.0, 7.0, None, 5.0],
-          swiglu_limits_shared=[-1, 16.0, 0, 2.0]), [None, 7.0, None], [None, 16.0, None]),
+          swiglu_limits_shared=[None, 16.0, 0, 2.0]), [None, 7.0, None], [None, 16.0, None]),
 ]  # fmt: skip
 
 

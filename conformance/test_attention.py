@@ -280,10 +280,10 @@ def test_additive_mask_in_query_dtype_equals_bool(backend, device, recipe):
     )  # fmt: skip
 
 
-@pytest.mark.clause("ATTN-FLOAT-MASK", "MASK-DTYPE")
+@pytest.mark.clause("ATTN-FLOAT-MASK-REJECT")
 @pytest.mark.op("attention")
 @pytest.mark.parametrize("q_dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_float32_mask_with_half_queries_is_rejected(backend, device, q_dtype):
+def test_should_reject_a_float32_mask_with_half_queries(backend, device, q_dtype):
     """A float32 0/-inf mask with fp16/bf16 queries (the SANA bug) raises TypeError."""
     q = torch.randn(1, 2, 4, 16, device=device).to(q_dtype)
     allowed = torch.ones(4, 4, dtype=torch.bool, device=device).tril()
@@ -291,7 +291,7 @@ def test_float32_mask_with_half_queries_is_rejected(backend, device, q_dtype):
     check_raises(
         TypeError,
         lambda: backend.attention(q, q, q, allowed=mask, scale=0.25),
-        clause="ATTN-FLOAT-MASK",
+        clause="ATTN-FLOAT-MASK-REJECT",
         context=f"backend {backend.name!r}: attention with a float32 mask and {q_dtype} queries "
         "(NPU SDPA rejects it; CPU SDPA silently accepts it)",
     )

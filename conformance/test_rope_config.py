@@ -26,6 +26,12 @@ DEEPSEEK_V3 = SimpleNamespace(
     rope_scaling={"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32,
                   "beta_slow": 1, "original_max_position_embeddings": 4096},
 )  # fmt: skip
+# gpt-oss's rope (GptOssConfig's defaults, transformers 5.24): YaRN with truncate=False, flat.
+GPT_OSS = SimpleNamespace(
+    head_dim=64, max_position_embeddings=131072,
+    rope_parameters={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                     "truncate": False, "original_max_position_embeddings": 4096, "rope_theta": 150000.0},
+)  # fmt: skip
 
 
 def _compare_freq(backend, device, drawn, clause: str) -> None:
@@ -82,6 +88,7 @@ def test_llama3_bands(backend, device, drawn):
 @pytest.mark.op("rope_inv_freq")
 @FEW
 @given(drawn=rope_configs(rope_types=("yarn",)))
+@example(drawn=(GPT_OSS, None, None))  # truncate=False as a released model has it, always run
 def test_yarn_ramp_and_mscale(backend, device, drawn):
     """YaRN's ramp, truncation, betas and attention factor (mscale) as the config gives them."""
     _compare_freq(backend, device, drawn, "ROPE-FREQ-YARN")
@@ -112,6 +119,15 @@ def test_longrope_factor_lists(backend, device, drawn):
 def test_per_layer_rope(backend, device, drawn):
     """Gemma3-style configs: sliding layers the local base, full layers the global base and scaling."""
     _compare_freq(backend, device, drawn, "ROPE-LAYER")
+
+
+@pytest.mark.clause("ROPE-LAYER-TRUNCATE")
+@pytest.mark.op("rope_inv_freq")
+@FEW
+@given(drawn=rope_configs(per_layer=True, rope_types=("yarn",), layer_truncate=True))
+def test_should_read_truncate_from_the_layer_dict(backend, device, drawn):
+    """A full layer's YaRN dict with truncate=False: the correction range is not rounded."""
+    _compare_freq(backend, device, drawn, "ROPE-LAYER-TRUNCATE")
 
 
 _GEMMA3_JSON = {

@@ -112,6 +112,12 @@ class ClampedDefaultLimitSeven(NativeBackend):
         return NativeBackend.swiglu_oai_and_mul(x, alpha=alpha, limit=limit, interleaved=interleaved)
 
 
+def _limit_list(config, shared: bool):
+    """The config's limit list: a config.json mapping's key or a config object's attribute."""
+    key = ref.LIMIT_KEYS[shared]
+    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+
 class _LimitMutant(NativeBackend):
     """Config reading as in the contract; ``select(value, shared)`` decides on the list entry."""
 
@@ -120,7 +126,7 @@ class _LimitMutant(NativeBackend):
 
     def swiglu_limit(self, config, layer_idx, *, shared):
         ref.swiglu_limit(config, layer_idx, shared=shared)  # the contract's validation
-        limits = config.get(ref.LIMIT_KEYS[shared])
+        limits = _limit_list(config, shared)
         value = limits[layer_idx] if limits is not None and layer_idx < len(limits) else None
         return self.select(value, shared)
 
@@ -129,13 +135,16 @@ class LimitNegativeTruthy(_LimitMutant):
     """A negative limit treated as a limit: ``if value:`` instead of ``value > 0``.
 
     Origin: truthiness checks on the per-layer lists (``if swiglu_limit:``), which let any
-    non-zero value through. (The layer property then errors in swiglu_step_and_mul's validation
-    of the negative limit, which names no clause.)
-    Caught by: ACT-LIMIT-CONFIG-OFF.
+    non-zero value through: transformers' Step3p7 layers (``or None``, ``or float("inf")``) and
+    vLLM's shared expert do so (spec/activations.md, Sources).
+    Caught by: ACT-LIMIT-CONFIG-ROBUST (SHOULD: no released config holds a negative limit).
     """
 
     name = "limit-negative-truthy"
-    clauses = {"ACT-LIMIT-CONFIG-OFF"}
+    clauses = {"ACT-LIMIT-CONFIG-ROBUST"}
+    # Reclassified: a robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "transformers' and vLLM's Step-3.5 readers test truthiness too; released limits are 0, 7 or 16"
 
     def select(self, value, shared):
         return float(value) if value else None
@@ -158,17 +167,41 @@ class LimitAlwaysSeven(_LimitMutant):
 class SharedLimitNotZero(_LimitMutant):
     """``!= 0`` for the shared expert and ``> 0`` for the routed ones.
 
-    Origin: a Step-3.5 port's shared MLP enables the clamp with ``swiglu_limit not in (None, 0)``
-    while the routed experts test ``> 0`` (spec/activations.md, Sources).
-    Caught by: ACT-LIMIT-CONFIG-OFF.
+    Origin: sglang's Step-3.5 decoder layer enables the shared clamp with ``!= 0`` while its routed
+    experts test ``> 0`` (spec/activations.md, Sources).
+    Caught by: ACT-LIMIT-CONFIG-ROBUST (SHOULD: no released config holds a negative limit).
     """
 
     name = "shared-limit-not-zero"
-    clauses = {"ACT-LIMIT-CONFIG-OFF"}
+    clauses = {"ACT-LIMIT-CONFIG-ROBUST"}
+    # Reclassified: a robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "sglang 0.5.23's own shared-expert test; the two differ on negative limits only"
 
     def select(self, value, shared):
         enabled = value is not None and (value != 0 if shared else value > 0)
         return float(value) if enabled else None
+
+
+class LimitPastListReadsLast(NativeBackend):
+    """Past a short list, the last entry is the limit: ``limits[min(layer_idx, len(limits) - 1)]``.
+
+    Origin: a reader that clamps the index to the list so that the MTP layers (indexed from
+    num_hidden_layers on) find an entry in lists that stop at the main layers (spec/activations.md,
+    ACT-LIMIT-CONFIG-OFF).
+    Caught by: ACT-LIMIT-CONFIG-OFF.
+    """
+
+    name = "limit-past-list-reads-last"
+    clauses = {"ACT-LIMIT-CONFIG-OFF"}
+
+    def swiglu_limit(self, config, layer_idx, *, shared):
+        ref.swiglu_limit(config, layer_idx, shared=shared)  # the contract's validation
+        limits = _limit_list(config, shared)
+        if not limits:
+            return None
+        value = limits[min(layer_idx, len(limits) - 1)]
+        return float(value) if value is not None and value > 0 else None
 
 
 BACKENDS = [
@@ -180,6 +213,7 @@ BACKENDS = [
     LimitNegativeTruthy(),
     LimitAlwaysSeven(),
     SharedLimitNotZero(),
+    LimitPastListReadsLast(),
 ]
 
 

@@ -121,6 +121,56 @@ class RopeThetaOnlyFromDict(NativeBackend):
         return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
 
 
+def _with_truncate(config, layer_type, truncate: bool):
+    """The config with the YaRN dict the layer reads given ``truncate`` (flat, per-layer or rope_scaling)."""
+    fields = dict(vars(config))
+    params, scaling = fields.get("rope_parameters"), fields.get("rope_scaling")
+    if isinstance(params, dict) and layer_type in params:
+        fields["rope_parameters"] = {**params, layer_type: {**params[layer_type], "truncate": truncate}}
+    elif isinstance(params, dict):
+        fields["rope_parameters"] = {**params, "truncate": truncate}
+    elif isinstance(scaling, dict):
+        fields["rope_scaling"] = {**scaling, "truncate": truncate}
+    return SimpleNamespace(**fields)
+
+
+class YarnTruncateIgnored(NativeBackend):
+    """YaRN's correction range always rounded (floor/ceil): gpt-oss's truncate=False ignored.
+
+    Origin: YaRN readers written before gpt-oss's ``truncate`` key (the original YaRN code always rounds).
+    Caught by: ROPE-FREQ-YARN, ROPE-FREQ.
+    """
+
+    name = "rope-yarn-truncate-ignored"
+    clauses = {"ROPE-FREQ-YARN", "ROPE-FREQ"}
+
+    def rope_inv_freq(self, config, *, seq_len, layer_type):
+        if rope_config.rope_parameters(config, layer_type)["rope_type"] == "yarn":
+            config = _with_truncate(config, layer_type, True)
+        return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
+
+
+class YarnTruncateFromTopLevel(NativeBackend):
+    """A per-layer YaRN dict's truncate read from the top-level dict (keyed by layer types: True).
+
+    Origin: transformers 5.24 ``_compute_yarn_parameters`` (spec/rope.md, ROPE-LAYER-TRUNCATE's sources).
+    Caught by: ROPE-LAYER-TRUNCATE (SHOULD: no released model has a per-layer truncate=False).
+    """
+
+    name = "rope-yarn-truncate-from-top-level"
+    clauses = {"ROPE-LAYER-TRUNCATE"}
+    # Reclassified: a robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "transformers 5.24's own reader; gpt-oss, the model with truncate=False, has a flat rope dict"
+
+    def rope_inv_freq(self, config, *, seq_len, layer_type):
+        params = getattr(config, "rope_parameters", None)
+        nested = isinstance(params, dict) and layer_type in params
+        if nested and rope_config.rope_parameters(config, layer_type)["rope_type"] == "yarn":
+            config = _with_truncate(config, layer_type, params.get("truncate", True))
+        return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
+
+
 BACKENDS = [
     Llama3ScalingIgnored(),
     YarnMscaleOmitted(),
@@ -128,4 +178,6 @@ BACKENDS = [
     LocalBaseOnGlobalLayers(),
     SoftmaxScaleWithoutMscale(),
     RopeThetaOnlyFromDict(),
+    YarnTruncateIgnored(),
+    YarnTruncateFromTopLevel(),
 ]

@@ -115,10 +115,10 @@ class Float32AdditiveMask(_WrongNative):
     """The encoder mask as a float32 0/-inf additive mask, whatever the query dtype.
 
     Origin: the SANA Gemma2 encoder on NPU (spec/masks.md, MASK-DTYPE).
-    Caught by: ATTN-FLOAT-MASK, MASK-DTYPE.
+    Caught by: MASK-DTYPE, ATTN-FLOAT-MASK-REJECT (SHOULD: its attention takes any float mask).
     """
 
-    clauses = {"MASK-DTYPE", "ATTN-FLOAT-MASK"}
+    clauses = {"MASK-DTYPE", "ATTN-FLOAT-MASK-REJECT"}
 
     def wrong_mask(self, seq_len, *, sliding_window=None, padding_mask=None, device=None):
         allowed = native.encoder_attention_mask(

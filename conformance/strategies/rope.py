@@ -193,9 +193,11 @@ def _type_keys(draw, rope_type: str, half: int, longest: int) -> dict:
 
 
 @st.composite
-def rope_configs(draw, *, rope_types=oracle.ROPE_TYPES, per_layer=None):
+def rope_configs(draw, *, rope_types=oracle.ROPE_TYPES, per_layer=None, layer_truncate=False):
     """(config, seq_len, layer_type): a SimpleNamespace carrying a transformers config's rope fields,
-    each optional field sometimes left out; per_layer draws Gemma3-style nested parameters."""
+    each optional field sometimes left out; per_layer draws Gemma3-style nested parameters, never a
+    per-layer YaRN ``truncate: False`` (no model has one) unless ``layer_truncate``, which draws it
+    and the full layer (spec/rope.md, ROPE-LAYER-TRUNCATE)."""
     rope_type = draw(st.sampled_from(rope_types))
     head_dim = draw(st.sampled_from((16, 64, 128)))
     prf = 1.0 if rope_type == "proportional" else draw(st.sampled_from((1.0, 1.0, 0.5)))
@@ -214,12 +216,12 @@ def rope_configs(draw, *, rope_types=oracle.ROPE_TYPES, per_layer=None):
     layer_type = None
     if nested:
         local = {"rope_type": "default", "rope_theta": 10000.0}
+        full = {**params, "rope_theta": theta}
+        if rope_type == "yarn" and (layer_truncate or full.get("truncate") is False):
+            full["truncate"] = False if layer_truncate else True
         fields["layer_types"] = ["sliding_attention", "full_attention"]
-        fields["rope_parameters"] = {
-            "sliding_attention": local,
-            "full_attention": {**params, "rope_theta": theta},
-        }
-        layer_type = draw(st.sampled_from(fields["layer_types"]))
+        fields["rope_parameters"] = {"sliding_attention": local, "full_attention": full}
+        layer_type = "full_attention" if layer_truncate else draw(st.sampled_from(fields["layer_types"]))
     elif draw(st.booleans()):
         fields["rope_parameters"] = {**params, **({"rope_theta": theta} if draw(st.booleans()) else {})}
     else:  # the config.json form: rope_scaling beside rope_theta (legacy "type" key)
