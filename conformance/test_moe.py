@@ -114,7 +114,7 @@ def test_ties_are_accepted(backend, device, recipe):
 @FEW
 @given(recipe=routing_recipes(), poison=st.sampled_from(("nan", "inf", "-inf")))
 def test_padded_rows(backend, device, recipe, poison):
-    """NaN/Inf in the first and last rows: finite weights and valid ids there, the oracle elsewhere."""
+    """NaN/Inf in the first and last rows: valid distinct ids there, the oracle elsewhere."""
     check_routing(backend, device, replace(recipe, poison=poison, tokens=max(recipe.tokens, 3)), "MOE-PADDED")
 
 

@@ -1,5 +1,6 @@
-"""SHOULD properties of spec/moe.md: the routing combinations no released model uses (MOE-COMBOS) and
-the views no caller passes (MOE-VIEWS), judged as their MUST counterparts judge the model forms."""
+"""SHOULD properties of spec/moe.md: the routing and expert combinations no released model uses
+(MOE-COMBOS) and the views no caller passes (MOE-VIEWS), judged as their MUST counterparts judge the
+model forms; padded rows' finite weights (MOE-PADDED-FINITE)."""
 
 from __future__ import annotations
 
@@ -107,3 +108,18 @@ def test_should_append_shared_experts_to_views(backend, device, recipe, on_outpu
     w = torch.softmax(logits.float(), -1)[:, : recipe.top_k].contiguous()
     i = torch.arange(recipe.top_k, device=device).expand(recipe.tokens, -1).contiguous()
     check_shared(backend, device, replace(recipe, strided=True), on_output, shared, w, i, "MOE-VIEWS")
+
+
+@pytest.mark.op("select_experts")
+@pytest.mark.clause("MOE-PADDED-FINITE")
+@FEW
+@given(recipe=routing_recipes(), poison=st.sampled_from(("nan", "inf", "-inf")))
+def test_should_give_padded_rows_finite_weights(backend, device, recipe, poison):
+    """NaN/Inf in the first and last rows: finite weights there (vLLM's CUDA top-k kernel's clamp)."""
+    recipe = replace(recipe, poison=poison, tokens=max(recipe.tokens, 3))
+    logits, bias = recipe.make(device)
+    context = describe(backend, device, "select_experts", **recipe.options, poison=poison)
+    weights, _ = call_routing(
+        backend, logits, bias, recipe.options, clause="MOE-PADDED-FINITE", context=context
+    )
+    check_padded_finite(weights, logits, clause="MOE-PADDED-FINITE", context=context)
