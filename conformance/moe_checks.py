@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from conformance.checks import assert_close, check, check_output, describe
-from conformance.strategies.moe import tie_tolerance
+from conformance.strategies.moe import score_rounding, tie_tolerance
 from conformance.tolerances import Tolerance, moe_magnitude, routing_atol_scale, routing_precision, tolerance
 from reference import moe as oracle
 
@@ -148,7 +148,8 @@ def judge_routing(weights, ids, logits, bias, options: dict, *, clause: str, con
     )
     got_sel = sel.gather(1, got_i).sort(-1, descending=True).values
     want_sel = sel.gather(1, want_i).sort(-1, descending=True).values
-    worse = ((got_sel - want_sel).abs() > tie_tolerance(want_sel)).any(dim=-1) & real
+    rounding = score_rounding(scores, scoring=options["scoring"], logits_dtype=logits.dtype)
+    worse = ((got_sel - want_sel).abs() > tie_tolerance(want_sel, rounding)).any(dim=-1) & real
     rows = worse.nonzero().flatten().tolist()
     check(
         not rows,

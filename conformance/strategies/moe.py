@@ -3,11 +3,14 @@
 A ``RoutingRecipe`` gives router logits (and a correction bias) whose selection the contract can
 judge (MOE-TIES): each row's logits are a shuffled grid of distinct values (spacing 6 / E, jitter
 a quarter of it, so distinct in every tested dtype), and a recipe whose float64 selection gaps at
-the k-th and the group boundary fall under ``MARGIN`` tie tolerances is redrawn from the next seed.
+the k-th and the group boundary fall under ``MARGIN`` float32 tie tolerances, or whose group gaps
+would let scores rounded to the logits' dtype reorder the groups, is redrawn from the next seed.
 Under a MUST clause only the routing forms released models use are drawn (``model_form``, spec/moe.md
 MOE-SELECT): groups with softmax and no bias (group score "max") or sigmoid with a bias ("top2_sum"),
-and contiguous tensors; the other combinations and the views are MOE-COMBOS' and MOE-VIEWS' (SHOULD).
-A ``FusedRecipe`` gives fused_moe's inputs.
+each form with the renormalisation and factor its models' routers take (``model_flags``), and
+contiguous tensors; the other combinations and the views are MOE-COMBOS' and MOE-VIEWS' (SHOULD).
+A ``FusedRecipe`` gives fused_moe's inputs; under a MUST clause the expert forms models run
+(``fused_model_form``).
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from hypothesis import strategies as st
 from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
 from reference import moe as oracle
 
-# MOE-TIES: a selection gap must be this many tie tolerances wide to be drawn.
+# MOE-TIES: a selection gap must be this many float32 tie tolerances wide to be drawn.
 MARGIN = 64
+# MOE-BIAS: the bfloat16 bias's choice must lose this many tie tolerances (scores in the logits' dtype
+# included) in some token, so that a router rounding both scores and bias is caught too.
+FLIP_MARGIN = 2
 # The field's routed scaling factors: DeepSeek-V3 2.5, Hunyuan 2.826, DeepSeek-V2 16.
 FACTORS = (1.0, 2.5, 2.826, 16.0)
 # Correction biases: small ones, negative ones (MOE-GROUPS: negative selection scores inside the
@@ -132,15 +138,17 @@ class RoutingRecipe:
         return logits, bias
 
     def _judgeable(self, logits, bias) -> bool:
-        _, sel = oracle.selection_scores(logits, scoring=self.scoring, correction_bias=bias)
+        scores, sel = oracle.selection_scores(logits, scoring=self.scoring, correction_bias=bias)
         tol = float(tie_tolerance(sel).max())
-        if self.num_groups > 1:
+        rounding = score_rounding(scores, scoring=self.scoring, logits_dtype=self.dtype)
+        if 1 < self.num_groups and self.topk_group < self.num_groups:
             grouped = sel.view(self.tokens, self.num_groups, -1)
             gs = grouped.amax(-1) if self.group_score == "max" else grouped.topk(2, dim=-1).values.sum(-1)
             top = gs.sort(dim=-1, descending=True).values
-            if self.topk_group < self.num_groups and bool(
-                (top[:, self.topk_group - 1] - top[:, self.topk_group] < MARGIN * tol).any()
-            ):
+            # the kept groups are judged exactly; two groups' top-2 sums of rounded scores reorder within
+            # 4 roundings
+            gap = (top[:, self.topk_group - 1] - top[:, self.topk_group])[:, None]
+            if bool((gap < MARGIN * tol + 8 * rounding).any()):
                 return False
         allowed = oracle.allowed_experts(
             sel, num_groups=self.num_groups, topk_group=self.topk_group, group_score=self.group_score
@@ -149,12 +157,14 @@ class RoutingRecipe:
         if not self.tie and self.top_k < int(allowed[0].sum()):
             if bool((ranked[:, self.top_k - 1] - ranked[:, self.top_k] < MARGIN * tol).any()):
                 return False
-        if self.require_flip:
+        if self.require_flip:  # MOE-BIAS: the bfloat16 bias's choice fails MOE-TIES by a margin
             _, rounded = oracle.select_experts(
                 logits, correction_bias=bias.to(torch.bfloat16), **self.options
             )
             _, exact = oracle.select_experts(logits, correction_bias=bias, **self.options)
-            return not torch.equal(rounded.sort(-1).values, exact.sort(-1).values)
+            want = sel.gather(1, exact).sort(-1, descending=True).values
+            lost = (want - sel.gather(1, rounded).sort(-1, descending=True).values).abs()
+            return bool((lost > FLIP_MARGIN * tie_tolerance(want, rounding)).any())
         return True
 
     def make(self, device="cpu"):
