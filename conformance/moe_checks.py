@@ -2,11 +2,13 @@
 
 ``check_routing`` calls ``select_experts`` and ``judge_routing`` judges its routing (or one a
 capture recorded, opconform replay): it accepts any slot order and any choice between
-selection scores equal within the tie tolerance; the weights (float32 or the logits' dtype) are
-compared with the oracle's weights of the backend's own ids under the ``moe-routing`` row of
-``routing_precision``, a failure opening with the weights' sum when that is off (``sum_phrase``).
-``check_fused`` compares a fused_moe output with the oracle's under the ``moe`` row, its absolute
-term scaled by ``moe_magnitude``; ``check_shared`` the shared-expert slots.
+selection scores equal within the tie tolerance (scores rounded to the logits' dtype included);
+a padded row's ids must be valid, its weights are free (``check_padded_finite``: SHOULD); the
+weights (float32 or the logits' dtype) are compared with the oracle's weights of the backend's own
+ids under the ``moe-routing`` row of ``routing_precision``, a failure opening with the weights' sum
+when that is off (``sum_phrase``). ``check_fused`` compares a fused_moe output with the oracle's
+under the ``moe`` row, its absolute term scaled by ``moe_magnitude``; ``check_shared`` the
+shared-expert slots.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from conformance.checks import assert_close, check, check_output, describe
-from conformance.strategies.moe import tie_tolerance
+from conformance.strategies.moe import score_rounding, tie_tolerance
 from conformance.tolerances import Tolerance, moe_magnitude, routing_atol_scale, routing_precision, tolerance
 from reference import moe as oracle
 
@@ -115,7 +117,7 @@ def check_routing(backend, device, recipe, clause: str, logits=None, bias=None):
 def judge_routing(weights, ids, logits, bias, options: dict, *, clause: str, context: str) -> None:
     """MOE-TIES and MOE-PADDED on a routing already made (a backend's, or one a capture recorded):
     valid distinct ids, each token's choice as good as the oracle's up to ties, and the weights
-    equal to the oracle's weights of those ids."""
+    equal to the oracle's weights of those ids (a padded row's weights are not judged)."""
     shape = (logits.shape[0], options["top_k"])
     check(
         tuple(weights.shape) == shape and tuple(ids.shape) == shape and not ids.is_floating_point(),
@@ -127,13 +129,8 @@ def judge_routing(weights, ids, logits, bias, options: dict, *, clause: str, con
     cpu_logits, cpu_bias = logits.cpu(), None if bias is None else bias.cpu()
     padded = oracle.padded_rows(cpu_logits)
     got_w, got_i = weights.detach().cpu(), ids.cpu().long()
-    check(
-        bool(torch.isfinite(got_w[padded]).all()),
-        clause=clause,
-        message=f"{context}: a padded row (NaN/Inf logits) got non-finite weights {got_w[padded].tolist()}",
-    )
     real = ~padded
-    _, sel = oracle.selection_scores(cpu_logits, scoring=options["scoring"], correction_bias=cpu_bias)
+    scores, sel = oracle.selection_scores(cpu_logits, scoring=options["scoring"], correction_bias=cpu_bias)
     allowed = oracle.allowed_experts(
         sel,
         num_groups=options["num_groups"],
@@ -151,7 +148,8 @@ def judge_routing(weights, ids, logits, bias, options: dict, *, clause: str, con
     )
     got_sel = sel.gather(1, got_i).sort(-1, descending=True).values
     want_sel = sel.gather(1, want_i).sort(-1, descending=True).values
-    worse = ((got_sel - want_sel).abs() > tie_tolerance(want_sel)).any(dim=-1) & real
+    rounding = score_rounding(scores, scoring=options["scoring"], logits_dtype=logits.dtype)
+    worse = ((got_sel - want_sel).abs() > tie_tolerance(want_sel, rounding)).any(dim=-1) & real
     rows = worse.nonzero().flatten().tolist()
     check(
         not rows,
@@ -181,6 +179,17 @@ def judge_routing(weights, ids, logits, bias, options: dict, *, clause: str, con
             tol=tol,
             atol_scale=scale[real],
         )
+
+
+def check_padded_finite(weights, logits, *, clause: str, context: str) -> None:
+    """MOE-PADDED-FINITE: the weights of the rows with a NaN or infinite logit are finite."""
+    padded = oracle.padded_rows(logits.cpu())
+    got = weights.detach().cpu()[padded]
+    check(
+        bool(torch.isfinite(got).all()),
+        clause=clause,
+        message=f"{context}: a padded row (NaN/Inf logits) got non-finite weights {got.tolist()}",
+    )
 
 
 def check_fused(got, want, inputs, options: dict, *, clause: str, context: str, expected_as="expected"):

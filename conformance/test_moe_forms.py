@@ -1,5 +1,6 @@
-"""SHOULD properties of spec/moe.md: the routing combinations no released model uses (MOE-COMBOS) and
-the views no caller passes (MOE-VIEWS), judged as their MUST counterparts judge the model forms."""
+"""SHOULD properties of spec/moe.md: the routing and expert combinations no released model uses
+(MOE-COMBOS) and the views no caller passes (MOE-VIEWS), judged as their MUST counterparts judge the
+model forms; padded rows' finite weights (MOE-PADDED-FINITE)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.moe_checks import check_fused, check_routing, check_shared
+from conformance.checks import describe
+from conformance.moe_checks import call_routing, check_fused, check_padded_finite, check_routing, check_shared
 from conformance.profiles import share_of_examples
-from conformance.strategies.moe import fused_model_form, fused_recipes, model_form, routing_recipes
+from conformance.strategies.moe import (
+    fused_model_form,
+    fused_recipes,
+    model_flags,
+    model_form,
+    routing_recipes,
+)
 from reference import moe as oracle
 
 FEW = share_of_examples(0.17)
@@ -36,13 +44,30 @@ def test_should_route_combinations_no_model_uses(backend, device, recipe):
     check_routing(backend, device, recipe, "MOE-COMBOS")
 
 
+@pytest.mark.op("select_experts")
+@pytest.mark.clause("MOE-COMBOS")
+@FEW
+@given(
+    recipe=routing_recipes(model_forms=False).filter(
+        lambda r: (
+            not model_flags(r.scoring, r.bias, r.num_groups, r.renormalize, r.routed_scaling_factor)
+            or (r.bias is not None and r.bias_dtype != torch.float32)
+        )
+    )
+)
+def test_should_route_options_no_model_uses(backend, device, recipe):
+    """A factor on top-k-then-softmax, a renormalised softmax with a bias and a factor, DeepSeek-V2's
+    groups renormalised, a bfloat16 bias: the oracle's experts and weights."""
+    check_routing(backend, device, recipe, "MOE-COMBOS")
+
+
 @pytest.mark.op("fused_moe")
 @pytest.mark.clause("MOE-COMBOS")
 @FEW
 @given(recipe=fused_recipes(model_forms=False).filter(lambda r: not fused_model_form(r)))
 def test_should_compute_expert_combinations_no_model_uses(backend, device, recipe):
-    """The router weight on the input with several experts per token, gpt-oss's SwiGLU without a limit:
-    the oracle's output."""
+    """The router weight on the input with several experts, a limit or an output scale, gpt-oss's SwiGLU
+    without a limit, an output scale on gpt-oss's or the clamped SiLU: the oracle's output."""
     _compare_fused(backend, device, recipe, "MOE-COMBOS")
 
 
@@ -83,3 +108,18 @@ def test_should_append_shared_experts_to_views(backend, device, recipe, on_outpu
     w = torch.softmax(logits.float(), -1)[:, : recipe.top_k].contiguous()
     i = torch.arange(recipe.top_k, device=device).expand(recipe.tokens, -1).contiguous()
     check_shared(backend, device, replace(recipe, strided=True), on_output, shared, w, i, "MOE-VIEWS")
+
+
+@pytest.mark.op("select_experts")
+@pytest.mark.clause("MOE-PADDED-FINITE")
+@FEW
+@given(recipe=routing_recipes(), poison=st.sampled_from(("nan", "inf", "-inf")))
+def test_should_give_padded_rows_finite_weights(backend, device, recipe, poison):
+    """NaN/Inf in the first and last rows: finite weights there (vLLM's CUDA top-k kernel's clamp)."""
+    recipe = replace(recipe, poison=poison, tokens=max(recipe.tokens, 3))
+    logits, bias = recipe.make(device)
+    context = describe(backend, device, "select_experts", **recipe.options, poison=poison)
+    weights, _ = call_routing(
+        backend, logits, bias, recipe.options, clause="MOE-PADDED-FINITE", context=context
+    )
+    check_padded_finite(weights, logits, clause="MOE-PADDED-FINITE", context=context)

@@ -12,7 +12,7 @@ from mutants._moe_fused import FUSED_MUTANTS
 from mutants._moe_npu import NPU_MUTANTS
 from reference import moe as _moe
 
-PROPERTIES = ["conformance.test_moe"]
+PROPERTIES = ["conformance.test_moe", "conformance.test_moe_forms"]
 
 
 def _select(
@@ -237,46 +237,52 @@ class RenormHugeWeights(_Routing):
     knobs = {"after": lambda w, renorm, rsf: w * 3e9 if renorm else w}
 
 
-class PaddedRowsNaN(_Routing):
-    """Padded rows (NaN/Inf logits) are scored as they are: NaN weights, and NaN wins every top-k.
+class _PaddedRows(_Routing):
+    """The native routing with the padded rows' (NaN/Inf logits) result replaced by ``_padded``."""
 
-    Origin: the poisoned-row regression of vLLM's tests/kernels/moe/test_fused_topk.py.
+    def select_experts(self, router_logits, **options):
+        weights, ids = super().select_experts(router_logits, **options)
+        bad = ~torch.isfinite(router_logits).all(dim=-1)
+        return self._padded(bad[:, None], weights, ids)
+
+
+class PaddedRowsDuplicateIds(_PaddedRows):
+    """Padded rows (NaN/Inf logits) get NaN weights and expert 0 in every slot: duplicate ids.
+
+    Origin: vLLM's topk_softmax CUDA kernel before its NaN/Inf clamp: NaN scores made the argmax loop
+    pick expert 0 for every slot ("NaN > NaN" is false), duplicate ids that crash the MoE sort kernels
+    (the regression in vLLM's tests/kernels/moe/test_fused_topk.py).
     Caught by: MOE-PADDED.
     """
 
-    name = "moe-padded-rows-nan"
+    name = "moe-padded-rows-duplicate-ids"
     clauses = {"MOE-PADDED"}
 
-    def select_experts(
-        self,
-        router_logits,
-        *,
-        top_k,
-        scoring,
-        renormalize,
-        correction_bias,
-        num_groups,
-        topk_group,
-        group_score,
-        routed_scaling_factor,
-    ):
-        weights, ids = super().select_experts(
-            router_logits,
-            top_k=top_k,
-            scoring=scoring,
-            renormalize=renormalize,
-            correction_bias=correction_bias,
-            num_groups=num_groups,
-            topk_group=topk_group,
-            group_score=group_score,
-            routed_scaling_factor=routed_scaling_factor,
-        )
-        bad = ~torch.isfinite(router_logits).all(dim=-1)
-        return torch.where(bad[:, None], torch.full_like(weights, float("nan")), weights), ids
+    def _padded(self, bad, weights, ids):
+        return weights.masked_fill(bad, float("nan")), ids.masked_fill(bad, 0)
+
+
+class PaddedRowsNaN(_PaddedRows):
+    """Padded rows (NaN/Inf logits) get NaN weights, their ids valid and distinct.
+
+    Origin: what every torch router of the field does (transformers', vLLM's CPU and torch ones);
+    vLLM's CUDA top-k kernel clamps NaN/Inf scores to 0 and gives finite weights.
+    Caught by: MOE-PADDED-FINITE (SHOULD: the field's torch routers give NaN there).
+    """
+
+    name = "moe-padded-rows-nan"
+    clauses = {"MOE-PADDED-FINITE"}
+    # A robustness mistake only a SHOULD clause sees (spec/README.md, Levels).
+    level = "SHOULD"
+    why = "transformers' routers and vLLM's torch and CPU routers give a padded row NaN weights"
+
+    def _padded(self, bad, weights, ids):
+        return weights.masked_fill(bad, float("nan")), ids
 
 
 BACKENDS = [
     RsfDroppedWithRenorm(), SoftmaxForSigmoid(), BiasRoundedToLogitsDtype(), RsfAppliedTwice(),
     MaskedGroupsZero(), GroupScoreMaxForTop2(), WeightsFromBiasedScore(), RenormSkipped(), RenormAlways(),
-    TopkSoftmaxForSoftmax(), RenormHugeWeights(), PaddedRowsNaN(), *FUSED_MUTANTS, *NPU_MUTANTS,
+    TopkSoftmaxForSoftmax(), RenormHugeWeights(), PaddedRowsDuplicateIds(), PaddedRowsNaN(), *FUSED_MUTANTS,
+    *NPU_MUTANTS,
 ]  # fmt: skip

@@ -59,6 +59,50 @@ def vllm_cpu_grouped_topk(
     return topk_weights, topk_ids.to(torch.int32)
 
 
+def vllm_grouped_topk(
+    gating_output, topk, renormalize, num_expert_group, topk_group, scoring_func, routed_scaling_factor,
+    e_score_correction_bias, *, score_dtype=None,
+):  # fmt: skip
+    """vLLM 0.33.0 vllm/model_executor/layers/fused_moe/router/grouped_topk_router.py, grouped_topk, its
+    torch path (taken where the fused CUDA kernel is not: off CUDA/XPU, without a bias, more than 32
+    groups or top-k), run eagerly: the scores in the logits' dtype, the float32 bias added to them (the
+    selection promoted to float32), the group score tied to the bias, the weights the unbiased scores
+    of the logits' dtype, renormalised and scaled there, returned float32. ``score_dtype`` is the wrong
+    variant's knob, not vLLM's."""
+    if scoring_func == "softmax":
+        scores = torch.softmax(gating_output, dim=-1)
+    else:
+        scores = gating_output.sigmoid()
+    if score_dtype is not None:  # WRONG variant: the scores rounded to bfloat16 whatever the logits' dtype
+        scores = scores.to(score_dtype)
+    num_token = scores.size(0)
+    if e_score_correction_bias is not None:
+        original_scores = scores
+        scores = scores + e_score_correction_bias.unsqueeze(0)
+        group_scores = scores.view(num_token, num_expert_group, -1).topk(2, dim=-1)[0].sum(dim=-1)
+    else:
+        group_scores = scores.view(num_token, num_expert_group, -1).max(dim=-1).values
+    group_idx = torch.topk(group_scores, k=topk_group, dim=-1, sorted=False)[1]
+    group_mask = torch.zeros_like(group_scores)
+    group_mask.scatter_(1, group_idx, 1)
+    score_mask = (
+        group_mask.unsqueeze(-1)
+        .expand(num_token, num_expert_group, scores.size(-1) // num_expert_group)
+        .reshape(num_token, -1)
+    )
+    tmp_scores = scores.masked_fill(~score_mask.bool(), float("-inf"))
+    if e_score_correction_bias is not None:
+        topk_ids = torch.topk(tmp_scores, k=topk, dim=-1, sorted=False)[1]
+        topk_weights = original_scores.gather(1, topk_ids)
+    else:
+        topk_weights, topk_ids = torch.topk(tmp_scores, k=topk, dim=-1, sorted=False)
+    if renormalize:
+        topk_weights = topk_weights / topk_weights.sum(dim=-1, keepdim=True)
+    if routed_scaling_factor != 1.0:
+        topk_weights = topk_weights * routed_scaling_factor
+    return topk_weights.to(torch.float32), topk_ids.to(torch.int32)
+
+
 def vllm_cpu_softmax_topk(router_logits, top_k, renormalize):
     """vLLM 0.33.0 router/cpu_router.py, _softmax_topk: in the logits' dtype, returned as float32;
     without renormalisation exp(topk logits - logsumexp), op by op."""
@@ -232,6 +276,44 @@ class TransformersQwen3GptOss(VllmCpuMoe):
         return weights * routed_scaling_factor, ids
 
 
+class VllmTorchGroupedTopk(VllmCpuMoe):
+    """select_experts through vLLM's torch grouped_topk (scores in the logits' dtype) for softmax and
+    sigmoid scoring, one group when the model has none (glue: GroupedTopKRouter runs it for any
+    num_expert_group dividing E); topk_softmax and fused_moe as VllmCpuMoe."""
+
+    name = "vllm-torch-grouped-topk"
+    score_dtype = None
+
+    def select_experts(
+        self,
+        router_logits,
+        *,
+        top_k,
+        scoring,
+        renormalize,
+        correction_bias,
+        num_groups,
+        topk_group,
+        group_score,
+        routed_scaling_factor,
+    ):
+        if scoring == "topk_softmax":
+            return super().select_experts(
+                router_logits,
+                top_k=top_k,
+                scoring=scoring,
+                renormalize=renormalize,
+                correction_bias=correction_bias,
+                num_groups=num_groups,
+                topk_group=topk_group,
+                group_score=group_score,
+                routed_scaling_factor=routed_scaling_factor,
+            )
+        return vllm_grouped_topk(router_logits, top_k, renormalize, num_groups, topk_group, scoring,
+                                 routed_scaling_factor, correction_bias,
+                                 score_dtype=self.score_dtype)  # fmt: skip
+
+
 class FactorTwice(VllmCpuMoe):
     """WRONG: routed_scaling_factor applied in the router and again after it (vllm#24119, #45037)."""
 
@@ -260,6 +342,14 @@ class ClampDropped(VllmCpuMoe):
     drop_clamp = True
 
 
-CORRECT = [VllmCpuMoe(), TransformersQwen3GptOss()]
-WRONG = [FactorTwice(), GroupsMaskedZero(), BiasInLogitsDtype(), ClampDropped()]
+class ScoresInBfloat16(VllmTorchGroupedTopk):
+    """WRONG: the scores rounded to bfloat16 also from float32 logits (a score buffer in the model dtype):
+    it rounds what the field computes exactly."""
+
+    name = "wrong-scores-in-bfloat16"
+    score_dtype = torch.bfloat16
+
+
+CORRECT = [VllmCpuMoe(), TransformersQwen3GptOss(), VllmTorchGroupedTopk()]
+WRONG = [FactorTwice(), GroupsMaskedZero(), BiasInLogitsDtype(), ClampDropped(), ScoresInBfloat16()]
 BACKENDS = CORRECT + WRONG

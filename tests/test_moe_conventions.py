@@ -1,6 +1,7 @@
 """The field's MoE conventions conform and its known MoE bugs still fail a MUST clause, through the
-real entry point (spec/moe.md: MOE-SELECT's weights dtype and forms, MOE-FUSED's activation names,
-MOE-TOL): tests/moe_field_backends.py, transcribed from vLLM 0.33.0 and transformers 5.24.0."""
+real entry point (spec/moe.md: MOE-SELECT's weights dtype and forms, MOE-TIES' scores in the logits'
+dtype, MOE-PADDED's NaN weights, MOE-FUSED's activation names, MOE-TOL): tests/moe_field_backends.py,
+transcribed from vLLM 0.33.0 and transformers 5.24.0."""
 
 from __future__ import annotations
 
@@ -14,14 +15,13 @@ from suite_runner import failed_clauses, outcomes, produced_once, run_suite
 from conformance import spec_index
 from conformance.checks import assert_close
 from conformance.errors import ConformanceError
-from conformance.moe_checks import call_routing
+from conformance.moe_checks import call_routing, judge_routing
 from conformance.strategies.moe import RoutingRecipe
 from conformance.tolerances import routing_atol_scale, tolerance
 from reference import moe as oracle
 
 PATHS = ["conformance/test_moe.py", "conformance/test_moe_forms.py"]
-# MOE-PADDED left out: these routers, like the torch code they are taken from, score a NaN row as NaN.
-SELECTION = "not padded_rows and not reject_bad_input"
+SELECTION = "not reject_bad_input"
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +42,20 @@ def _must(clauses) -> set[str]:
     return {c for c in clauses if known[c].level == "MUST"}
 
 
-@pytest.mark.parametrize("name", ["vllm-cpu-moe", "transformers-qwen3-gpt-oss"])
+@pytest.mark.parametrize("name", ["vllm-cpu-moe", "transformers-qwen3-gpt-oss", "vllm-torch-grouped-topk"])
 def test_field_routers_and_experts_conform(field_run, name):
     """vLLM's CPU router (scores in the logits' dtype, float32 weights; the group score tied to the
-    bias), transformers' Qwen3-MoE and gpt-oss routers (weights in the logits' dtype) and vLLM's MoE
-    activations ("silu" clamping before the SiLU, "swiglustep" after) fail no MUST clause."""
+    bias), vLLM's torch grouped_topk (softmax and sigmoid scores in the logits' dtype), transformers'
+    Qwen3-MoE and gpt-oss routers (weights in the logits' dtype) and vLLM's MoE activations ("silu"
+    clamping before the SiLU, "swiglustep" after) fail no MUST clause, NaN weights for padded rows
+    included."""
     counts = outcomes(field_run, name)
     assert counts.get("passed", 0) >= 12, (counts, field_run["stdout"][-3000:])
     failed = failed_clauses(field_run, should=True).get(name, set())
     assert not _must(failed), (failed, field_run["stdout"][-6000:])
-    # Where they used to fail: a group score the bias does not imply, gpt-oss's SwiGLU without a limit.
-    assert "MOE-COMBOS" in failed, (failed, field_run["stdout"][-3000:])
+    # Where they used to fail: a group score the bias does not imply, gpt-oss's SwiGLU without a limit;
+    # a padded row's NaN weights.
+    assert {"MOE-COMBOS", "MOE-PADDED-FINITE"} <= failed, (failed, field_run["stdout"][-3000:])
 
 
 @pytest.mark.parametrize(
@@ -62,11 +65,13 @@ def test_field_routers_and_experts_conform(field_run, name):
         ("wrong-groups-masked-zero", "MOE-GROUPS"),
         ("wrong-bias-in-logits-dtype", "MOE-BIAS"),
         ("wrong-clamp-dropped", "MOE-CLAMP"),
+        ("wrong-scores-in-bfloat16", "MOE-SELECT"),
     ],
 )
 def test_field_bugs_still_fail_a_must_clause(field_run, name, clause):
     """The factor applied twice, excluded groups at 0, the bias rounded to bfloat16 before the choice,
-    the clamp dropped in the fused experts: each fails its MUST clause."""
+    the clamp dropped in the fused experts, the scores of float32 logits rounded to bfloat16: each fails
+    its MUST clause."""
     assert clause in failed_clauses(field_run).get(name, set()), field_run["stdout"][-3000:]
 
 
@@ -117,3 +122,21 @@ def test_routing_weights_of_a_third_dtype_fail():
     with pytest.raises(ConformanceError, match="expected float32 or the logits' dtype torch.bfloat16"):
         call_routing(Float64Weights(), torch.zeros(2, 4, dtype=torch.bfloat16), None, options,
                      clause="MOE-SELECT", context="c")  # fmt: skip
+
+
+def test_scores_rounded_to_the_logits_dtype_choose_within_the_tie_tolerance(monkeypatch):
+    """MOE-TIES: on this bfloat16 draw vLLM's grouped_topk (sigmoid in bfloat16, the float32 bias near 7)
+    chooses other experts than the oracle; accepted, and rejected without the score-rounding term."""
+    recipe = RoutingRecipe(tokens=6, experts=16, top_k=2, scoring="sigmoid", renormalize=True, num_groups=1,
+                           topk_group=1, group_score="max", routed_scaling_factor=1.0, dtype=torch.bfloat16,
+                           seed=3, bias="near7")  # fmt: skip
+    logits, bias = recipe.make()
+    weights, ids = field.vllm_grouped_topk(logits, 2, True, 1, 1, "sigmoid", 1.0, bias)
+    _, want = oracle.select_experts(logits, correction_bias=bias, **recipe.options)
+    assert not torch.equal(ids.long().sort(-1).values, want.sort(-1).values)
+    judge_routing(weights, ids, logits, bias, recipe.options, clause="MOE-TIES", context="c")
+    monkeypatch.setattr(
+        "conformance.moe_checks.score_rounding", lambda scores, **_: torch.zeros(len(scores), 1)
+    )
+    with pytest.raises(ConformanceError, match="chose experts"):
+        judge_routing(weights, ids, logits, bias, recipe.options, clause="MOE-TIES", context="c")

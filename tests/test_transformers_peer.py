@@ -42,24 +42,9 @@ class Known:
         return clause in self.clauses and re.search(self.pattern, message, re.DOTALL) is not None
 
 
-ROUTING = ("MOE-SELECT", "MOE-SCORING", "MOE-BIAS", "MOE-GROUPS", "MOE-RENORM", "MOE-TIES", "MOE-PADDED",
-           "MOE-PERMUTE", "MOE-RSF-ONCE")  # fmt: skip
-FUSED = ("MOE-FUSED", "MOE-CLAMP", "MOE-RSF-ONCE", "MOE-PERMUTE")
-
 # (b) Suite false alarms: MUST demands that correct transformers code fails, pending their fix in the
 # scope named (issue 36). Remove an entry when its fix merges (the test fails naming a stale one).
-PENDING = [
-    Known(ROUTING + FUSED, r"raised NotImplementedError: no transformers (router|MoE block) computes",
-          "unowned (merged conventions-moe draws every model form with every flag): no transformers router "
-          "or MoE block has the flag the draw adds to its model's form (gpt-oss: no routed_scaling_factor; "
-          "DeepSeek-V2: no renormalisation; ERNIE 4.5: no factor; Llama-4's weight on the input: SwiGLU, no "
-          "limit or output scale; gpt-oss and DeepSeek-V4 experts: no output scale); the backend raises "
-          "NotImplementedError there, and a failure is what the suite records for it"),
-    Known(("MOE-PADDED",), r"a padded row \(NaN/Inf logits\) got non-finite weights",
-          "unowned: every transformers router gives NaN weights for a row with a NaN logit (and the softmax "
-          "ones for +inf); MOE-PADDED's finite weights are vLLM's CUDA top-k kernel's promise, not the "
-          "field's"),
-]  # fmt: skip
+PENDING: list[Known] = []
 
 # (c) Real transformers bugs the suite finds at MUST level, with a reproducer in the reason. (A platform
 # bug under transformers is declared in expectations/transformers.toml instead: ATTN-NAN's CPU SDPA zeros.)
@@ -116,6 +101,8 @@ def test_transformers_has_no_must_failure(tmp_path_factory):
     assert nan and all(case.outcome == Outcome.EXPECTED_FAILURE for case in nan), [
         (case.nodeid, case.outcome) for case in nan
     ]
+    # MoE forms no model has (its routers and blocks raise NotImplementedError) and padded rows' NaN weights
+    assert {"MOE-COMBOS", "MOE-PADDED-FINITE"} <= should, should
     backend = next(b for b in builtin_backends() if b.name == BACKEND)
     families = {family for op, family in OPS.items() if not_implemented_reason(backend, op) is None}
     passed = {OPS[case.op] for case in cases if case.outcome == Outcome.PASSED and case.op}

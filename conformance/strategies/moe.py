@@ -3,11 +3,14 @@
 A ``RoutingRecipe`` gives router logits (and a correction bias) whose selection the contract can
 judge (MOE-TIES): each row's logits are a shuffled grid of distinct values (spacing 6 / E, jitter
 a quarter of it, so distinct in every tested dtype), and a recipe whose float64 selection gaps at
-the k-th and the group boundary fall under ``MARGIN`` tie tolerances is redrawn from the next seed.
+the k-th and the group boundary fall under ``MARGIN`` float32 tie tolerances, or whose group gaps
+would let scores rounded to the logits' dtype reorder the groups, is redrawn from the next seed.
 Under a MUST clause only the routing forms released models use are drawn (``model_form``, spec/moe.md
 MOE-SELECT): groups with softmax and no bias (group score "max") or sigmoid with a bias ("top2_sum"),
-and contiguous tensors; the other combinations and the views are MOE-COMBOS' and MOE-VIEWS' (SHOULD).
-A ``FusedRecipe`` gives fused_moe's inputs.
+each form with the renormalisation and factor its models' routers take (``model_flags``), and
+contiguous tensors; the other combinations and the views are MOE-COMBOS' and MOE-VIEWS' (SHOULD).
+A ``FusedRecipe`` gives fused_moe's inputs; under a MUST clause the expert forms models run
+(``fused_model_form``).
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ from hypothesis import strategies as st
 from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
 from reference import moe as oracle
 
-# MOE-TIES: a selection gap must be this many tie tolerances wide to be drawn.
+# MOE-TIES: a selection gap must be this many float32 tie tolerances wide to be drawn.
 MARGIN = 64
+# MOE-BIAS: the bfloat16 bias's choice must lose this many tie tolerances (scores in the logits' dtype
+# included) in some token, so that a router rounding both scores and bias is caught too.
+FLIP_MARGIN = 2
 # The field's routed scaling factors: DeepSeek-V3 2.5, Hunyuan 2.826, DeepSeek-V2 16.
 FACTORS = (1.0, 2.5, 2.826, 16.0)
 # Correction biases: small ones, negative ones (MOE-GROUPS: negative selection scores inside the
@@ -45,9 +51,37 @@ def model_form(scoring: str, bias, num_groups: int, group_score: str) -> bool:
     return groupable and group_score == tied_group_score(bias)
 
 
-def tie_tolerance(selection: torch.Tensor) -> torch.Tensor:
-    """MOE-TIES: 8 float32 unit roundoffs of max(1, |sel|)."""
-    return 8 * (torch.finfo(torch.float32).eps / 2) * selection.abs().clamp_min(1.0)
+def model_flags(scoring: str, bias, num_groups: int, renormalize: bool, factor: float) -> bool:
+    """MOE-SELECT: renormalize and routed_scaling_factor as the form's models take them: gpt-oss has no
+    factor, DeepSeek-V2's groups never renormalise, a softmax with a bias renormalises without a factor
+    (ERNIE 4.5) or takes a factor unrenormalised (LongCat-Flash); the other forms' routers read both."""
+    if scoring == "topk_softmax":
+        return factor == 1
+    if scoring == "softmax" and bias is None and num_groups > 1:
+        return not renormalize
+    if scoring == "softmax" and bias is not None:
+        return not (renormalize and factor != 1)
+    return True
+
+
+def score_rounding(scores: torch.Tensor, *, scoring: str, logits_dtype: torch.dtype) -> torch.Tensor:
+    """MOE-TIES: [T, 1], the largest error of a softmax or sigmoid score rounded once to the logits'
+    dtype (vLLM's grouped_topk and DeepSeek-V3's reference Gate score in it): half that dtype's spacing
+    at the token's largest score; 0 for logits of float32 or wider and for topk_softmax (it chooses by
+    the exact logits)."""
+    top = scores.detach().to("cpu", torch.float64).abs().amax(dim=-1, keepdim=True)
+    eps = torch.finfo(logits_dtype).eps
+    if scoring == "topk_softmax" or eps <= torch.finfo(torch.float32).eps:
+        return torch.zeros_like(top)
+    _, exponent = torch.frexp(top)  # top = m 2^exponent, m in [0.5, 1): spacing eps 2^(exponent - 1)
+    return torch.ldexp(torch.full_like(top, eps / 4), exponent)
+
+
+def tie_tolerance(selection: torch.Tensor, rounding: torch.Tensor | float = 0.0) -> torch.Tensor:
+    """MOE-TIES: how far apart two selection scores may be that a correct router still orders either
+    way: 8 float32 unit roundoffs of max(1, |sel|), plus twice ``rounding`` (score_rounding: each
+    side's score rounded once to the logits' dtype)."""
+    return 8 * (torch.finfo(torch.float32).eps / 2) * selection.abs().clamp_min(1.0) + 2 * rounding
 
 
 @dataclass(frozen=True)
@@ -104,15 +138,17 @@ class RoutingRecipe:
         return logits, bias
 
     def _judgeable(self, logits, bias) -> bool:
-        _, sel = oracle.selection_scores(logits, scoring=self.scoring, correction_bias=bias)
+        scores, sel = oracle.selection_scores(logits, scoring=self.scoring, correction_bias=bias)
         tol = float(tie_tolerance(sel).max())
-        if self.num_groups > 1:
+        rounding = score_rounding(scores, scoring=self.scoring, logits_dtype=self.dtype)
+        if 1 < self.num_groups and self.topk_group < self.num_groups:
             grouped = sel.view(self.tokens, self.num_groups, -1)
             gs = grouped.amax(-1) if self.group_score == "max" else grouped.topk(2, dim=-1).values.sum(-1)
             top = gs.sort(dim=-1, descending=True).values
-            if self.topk_group < self.num_groups and bool(
-                (top[:, self.topk_group - 1] - top[:, self.topk_group] < MARGIN * tol).any()
-            ):
+            # the kept groups are judged exactly; two groups' top-2 sums of rounded scores reorder within
+            # 4 roundings
+            gap = (top[:, self.topk_group - 1] - top[:, self.topk_group])[:, None]
+            if bool((gap < MARGIN * tol + 4 * rounding).any()):
                 return False
         allowed = oracle.allowed_experts(
             sel, num_groups=self.num_groups, topk_group=self.topk_group, group_score=self.group_score
@@ -121,17 +157,19 @@ class RoutingRecipe:
         if not self.tie and self.top_k < int(allowed[0].sum()):
             if bool((ranked[:, self.top_k - 1] - ranked[:, self.top_k] < MARGIN * tol).any()):
                 return False
-        if self.require_flip:
+        if self.require_flip:  # MOE-BIAS: the bfloat16 bias's choice fails MOE-TIES by a margin
             _, rounded = oracle.select_experts(
                 logits, correction_bias=bias.to(torch.bfloat16), **self.options
             )
             _, exact = oracle.select_experts(logits, correction_bias=bias, **self.options)
-            return not torch.equal(rounded.sort(-1).values, exact.sort(-1).values)
+            want = sel.gather(1, exact).sort(-1, descending=True).values
+            lost = (want - sel.gather(1, rounded).sort(-1, descending=True).values).abs()
+            return bool((lost > FLIP_MARGIN * tie_tolerance(want, rounding)).any())
         return True
 
     def make(self, device="cpu"):
         """(router_logits, correction_bias) on ``device``; the first judgeable seed from ``seed``."""
-        for attempt in range(200):
+        for attempt in range(1000):  # a bfloat16 near-7 draw at DeepSeek-V3's shape takes 16 on average
             logits, bias = self._draw(self.seed + (attempt << 20))
             if self._judgeable(logits, bias):
                 break
@@ -160,7 +198,8 @@ def routing_recipes(
     model_forms=True,
     **fixed,
 ) -> RoutingRecipe:
-    """A routing; with ``model_forms`` (MUST clauses) only the forms released models use (model_form)."""
+    """A routing; with ``model_forms`` (MUST clauses) only the forms released models use (model_form),
+    each with the renormalisation and factor its models take (model_flags)."""
     scoring = draw(st.sampled_from(scorings))
     simple = scoring == "topk_softmax"
     bias = None if simple else draw(st.sampled_from(bias_kinds))
@@ -178,23 +217,35 @@ def routing_recipes(
     group_score = draw(st.sampled_from(oracle.GROUP_SCORES)) if per_group >= 2 else "max"
     if model_forms and num_groups > 1:
         group_score = tied_group_score(bias)
+    flags = {"renormalize": renormalize, "routed_scaling_factor": factors}
     recipe = RoutingRecipe(
         tokens=draw(st.integers(1, 6)),
         experts=experts,
         top_k=top_k,
         scoring=scoring,
-        renormalize=draw(st.sampled_from(renormalize)),
+        renormalize=renormalize[0] if model_forms else draw(st.sampled_from(renormalize)),
         num_groups=num_groups,
         topk_group=topk_group,
         group_score=group_score,
-        routed_scaling_factor=draw(st.sampled_from(factors)),
+        routed_scaling_factor=factors[0] if model_forms else draw(st.sampled_from(factors)),
         dtype=draw(st.sampled_from(dtypes)),
         seed=draw(seeds(20)),
         bias=bias,
-        bias_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
+        # MOE-BIAS: every model keeps its bias in float32; a bfloat16 one is MOE-COMBOS'
+        bias_dtype=torch.float32 if model_forms else draw(st.sampled_from((torch.float32, torch.bfloat16))),
     )
-    pinned = _model_routing(recipe, scorings, grouped, renormalize) if model_forms else {}  # a model's own
-    return replace(recipe, **{**pinned, **fixed})
+    if not model_forms:
+        return replace(recipe, **fixed)
+    pinned = _model_routing(recipe, scorings, grouped, renormalize)  # a model's own
+    recipe = replace(recipe, **{**pinned, **fixed})
+    # MOE-SELECT: the renormalisation and factor of the form's models, among the property's choices
+    choices = {k: (getattr(recipe, k),) if k in pinned or k in fixed else v for k, v in flags.items()}
+    pairs = [(renorm, factor) for renorm in choices["renormalize"]
+             for factor in choices["routed_scaling_factor"]
+             if model_flags(recipe.scoring, recipe.bias, recipe.num_groups, renorm, factor)]  # fmt: skip
+    assume(pairs)
+    renorm, factor = draw(st.sampled_from(pairs))
+    return replace(recipe, renormalize=renorm, routed_scaling_factor=factor)
 
 
 def _model_routing(recipe, scorings, grouped, renormalize) -> dict:
@@ -261,10 +312,16 @@ class FusedRecipe:
 
 
 def fused_model_form(recipe: FusedRecipe) -> bool:
-    """MOE-FUSED: an expert computation released models run: the router weight on the input only with
-    one expert per token (Llama-4; vLLM asserts top-k 1 there), gpt-oss's SwiGLU with its limit."""
-    on_input_ok = not recipe.on_input or recipe.top_k == 1
-    return on_input_ok and (recipe.activation != "swiglu_oai" or recipe.limit is not None)
+    """MOE-FUSED: an expert computation released models run: the router weight on the input as Llama-4
+    runs it (SwiGLU without a limit, one expert per token, no output scale; vLLM asserts top-k 1 there),
+    gpt-oss's SwiGLU with its limit, an output scale only with SwiGLU or the SwiGLU-step (Step-3.5's
+    block; gpt-oss's and DeepSeek-V4's experts have none)."""
+    swiglu = recipe.activation in ("silu", "swiglustep") and recipe.limit is None
+    if recipe.on_input:
+        return swiglu and recipe.top_k == 1 and recipe.output_scale == 1
+    if recipe.activation == "swiglu_oai" and recipe.limit is None:
+        return False
+    return recipe.output_scale == 1 or swiglu or recipe.activation == "swiglustep"
 
 
 @st.composite
@@ -273,10 +330,14 @@ def fused_recipes(
 ) -> FusedRecipe:
     """fused_moe's inputs; with ``model_forms`` (MUST clauses) only fused_model_form's."""
     experts = draw(st.integers(1, 6))
-    activation = draw(st.sampled_from(oracle.ACTIVATIONS))
-    on_input = draw(st.booleans())
-    if model_forms and activation == "swiglu_oai":
+    on_input = draw(st.booleans()) if not model_forms or None in limits else False
+    swiglu = model_forms and on_input  # Llama-4's SwiGLU, without a limit
+    activation = draw(st.sampled_from(("silu", "swiglustep") if swiglu else oracle.ACTIVATIONS))
+    if swiglu:
+        limits = (None,)
+    elif model_forms and activation == "swiglu_oai":
         limits = tuple(limit for limit in limits if limit is not None) or (7.0,)
+    limit = draw(st.sampled_from(limits))
     recipe = FusedRecipe(
         tokens=draw(st.integers(1, 8)),
         hidden=draw(st.sampled_from((8, 16, 24))),
@@ -284,7 +345,7 @@ def fused_recipes(
         experts=experts,
         top_k=1 if model_forms and on_input else draw(st.integers(1, min(3, experts))),
         activation=activation,
-        limit=draw(st.sampled_from(limits)),
+        limit=limit,
         on_input=on_input,
         output_scale=draw(st.sampled_from((1.0, 2.5))),
         dtype=draw(st.sampled_from(dtypes)),
@@ -293,4 +354,5 @@ def fused_recipes(
         ids_dtype=draw(st.sampled_from((torch.int64, torch.int32))),
         weights_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
     )
-    return replace(recipe, **fixed)
+    recipe = replace(recipe, **fixed)
+    return recipe if not model_forms or fused_model_form(recipe) else replace(recipe, output_scale=1.0)
