@@ -171,8 +171,42 @@ class YarnTruncateFromTopLevel(NativeBackend):
         return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
 
 
+def _without(config, layer_type, key: str):
+    """The config with ``key`` left out of the rope dict the layer reads (flat, per-layer or rope_scaling)."""
+    fields = dict(config) if isinstance(config, dict) else dict(vars(config))
+    params, scaling = fields.get("rope_parameters"), fields.get("rope_scaling")
+    if isinstance(params, dict) and layer_type in params:
+        layer = {k: v for k, v in params[layer_type].items() if k != key}
+        fields["rope_parameters"] = {**params, layer_type: layer}
+    elif isinstance(params, dict):
+        fields["rope_parameters"] = {k: v for k, v in params.items() if k != key}
+    if isinstance(scaling, dict):
+        fields["rope_scaling"] = {k: v for k, v in scaling.items() if k != key}
+    fields.pop(key, None)
+    return fields if isinstance(config, dict) else SimpleNamespace(**fields)
+
+
+class YarnAttentionFactorIgnored(NativeBackend):
+    """A YaRN config's explicit ``attention_factor`` ignored: the factor always computed from the
+    scaling factor (0.1 ln s + 1), so cos and sin carry the wrong magnitude.
+
+    Origin: a YaRN reader that knows only ``mscale``/``mscale_all_dim``; found in a field port's
+    rope (issue 36: "YaRN ignoring a config's attention_factor").
+    Caught by: ROPE-FREQ-YARN, ROPE-FREQ.
+    """
+
+    name = "rope-yarn-attention-factor-ignored"
+    clauses = {"ROPE-FREQ-YARN", "ROPE-FREQ"}
+
+    def rope_inv_freq(self, config, *, seq_len, layer_type):
+        if rope_config.rope_parameters(config, layer_type)["rope_type"] == "yarn":
+            config = _without(config, layer_type, "attention_factor")
+        return native_rope.rope_inv_freq(config, seq_len=seq_len, layer_type=layer_type)
+
+
 BACKENDS = [
     Llama3ScalingIgnored(),
+    YarnAttentionFactorIgnored(),
     YarnMscaleOmitted(),
     DynamicNtkUnclampedLength(),
     LocalBaseOnGlobalLayers(),

@@ -257,6 +257,21 @@ class FnuzSaturatedAt448(_Write):
         return 448.0
 
 
+class FnuzNotSaturated(_Write):
+    """The quotient clamped for float8_e4m3fn only: an e4m3fnuz cache gets NaN wherever |x / scale|
+    passes 240 (fnuz has no infinity; the conversion of an out-of-range value is NaN).
+
+    Origin: a write whose saturation comes from the e4m3fn conversion instruction (``satfinite``),
+    ported to fnuz hardware without it; found in a field port's fp8 KV write (issue 36).
+    Caught by: KV-FP8-SATURATE.
+    """
+
+    clauses = {"KV-FP8-SATURATE"}
+
+    def limit(self, dtype):
+        return FP8_MAX[dtype] if dtype == torch.float8_e4m3fn else float("inf")
+
+
 class PerHeadScaleReadAsPerTensor(_Write):
     """A per-head scale [H] applied as its first entry to every head.
 
@@ -359,6 +374,7 @@ BACKENDS = [
     _named(SlotsTruncatedToInt32, "wrong-kv-slots-truncated-to-int32"),
     _named(ScaleMultipliedOnWrite, "wrong-kv-fp8-scale-multiplied-on-write"),
     _named(FnuzSaturatedAt448, "wrong-kv-fnuz-saturated-at-448"),
+    _named(FnuzNotSaturated, "wrong-kv-fnuz-not-saturated"),
     _named(PerHeadScaleReadAsPerTensor, "wrong-kv-per-head-scale-read-as-per-tensor"),
     _named(ScaleIgnoredOnRead, "wrong-kv-fp8-scale-ignored-on-read"),
     _named(AscendPaddingPassedToTheOp, "wrong-kv-ascend-padding-passed-to-the-op"),

@@ -256,6 +256,25 @@ class FloatPositionsAccepted(NativeBackend):
         return native_rope.rotary_embedding(positions, query, key, cos_sin_cache, is_neox_style=is_neox_style)
 
 
+class AscendAlwaysNeox(AscendBackend):
+    """The Ascend adapter's rotary_embedding always hands npu_apply_rotary_pos_emb ``rotary_mode="half"``
+    (NeoX pairs), whatever is_neox_style says: GPT-J-style models (GLM, GPT-J, ...) rotate the wrong pairs.
+
+    Origin: an Ascend rope path written for the NeoX models it was first tried on; found in a field
+    port (issue 36: "an Ascend rope that always rotates NeoX-style").
+    Caught by: ROPE-STYLE, ROPE-APPLY.
+    """
+
+    clauses = {"ROPE-STYLE", "ROPE-APPLY"}
+
+    def __init__(self):
+        super().__init__("rope-ascend-always-neox", load_emulator, emulator_unavailable)
+
+    def rotary_embedding(self, positions, query, key, cos_sin_cache, *, is_neox_style):
+        validate_rope_args(positions, query, key, cos_sin_cache, is_neox_style)
+        return super().rotary_embedding(positions, query, key, cos_sin_cache, is_neox_style=True)
+
+
 class InPlaceWithoutCopy(AscendBackend):
     """The Ascend adapter's in-place npu_apply_rotary_pos_emb handed ``x[..., :r].contiguous()``: for a
     fully rotated head that is the caller's own tensor, which the op overwrites.
@@ -298,6 +317,7 @@ BACKENDS = [
     FlashinferFlagMappedToNeox(),
     TorchNpuInterleavedSpelling(),
     FloatPositionsAccepted(),
+    AscendAlwaysNeox(),
     InPlaceWithoutCopy(),
     *config_readers.BACKENDS,  # ROPE-PARAMS, ROPE-FREQ*, ROPE-LAYER, ROPE-SOFTMAX-SCALE
     *model_profiles.BACKENDS,  # wrong only at a model's parameters (spec/models.md, MODEL-BACKEND)
