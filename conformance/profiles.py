@@ -112,6 +112,18 @@ def share_of_examples(share: float) -> settings:
     return settings(max_examples=max(5, round(settings.default.max_examples * share)))
 
 
+def should_examples(share: float = 1 / 3) -> settings:
+    """Settings for a SHOULD property (spec/README.md, Levels): ``share`` of the loaded profile's
+    examples (at least 5), unshrunk. Robustness the field does not promise takes less of a run
+    (its views and combinations repeat computations the MUST properties check contiguous and in
+    the forms models use), and a SHOULD failure is listed as one verdict line: its first failing
+    example, replayable by its rerun line, is enough there."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share!r}")
+    examples = max(5, round(settings.default.max_examples * share))
+    return settings(max_examples=examples, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+
 def known() -> list[str]:
     """The suite's registered profiles (Hypothesis has no public list of every profile)."""
     return [PREFIX + n for n in SHORT_NAMES if registered(PREFIX + n)]

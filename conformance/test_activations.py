@@ -11,6 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.activations import ERRORS
 from conformance.checks import assert_close, check, describe
@@ -273,6 +274,7 @@ def _shape_dtype_device(out) -> str:
 
 @pytest.mark.clause("ACT-VIEWS")
 @pytest.mark.parametrize("op", GATED_OPS)
+@profiles.should_examples()
 @given(data=st.data(), recipe=gated_inputs(layouts=("strided", "transposed"), max_numel=SMALL))
 def test_should_accept_views(backend, device, op, data, recipe):
     """A strided or transposed view gives its contiguous copy's result and is left unchanged."""

@@ -88,6 +88,7 @@ SHOULD_VIEWS = {"layouts": (METADATA_VIEWS,), "max_len": 48}
 
 @pytest.mark.clause("ATTN-METADATA-VIEWS")
 @pytest.mark.op("attention")
+@profiles.should_examples()
 @given(recipe=attention_recipes(same_len=False, **SHOULD_VIEWS))
 def test_should_read_a_strided_mask(backend, device, recipe):
     """A bool mask given as every other element of a buffer is read through its strides."""
@@ -114,6 +115,7 @@ def test_prefill_matches_oracle(backend, device, data, recipe, padding):
 
 @pytest.mark.clause("ATTN-METADATA-VIEWS")
 @pytest.mark.op("prefill_attention")
+@profiles.should_examples()
 @given(data=st.data(), recipe=attention_recipes(**SHOULD_VIEWS), padding=st.sampled_from(PADDING_PATTERNS))
 def test_should_read_a_strided_padding_mask(backend, device, data, recipe, padding):
     """A padding mask given as every other element of a buffer is read through its strides."""
@@ -174,6 +176,7 @@ def test_decode_matches_oracle(backend, device, data, recipe, poison):
 
 @pytest.mark.clause("ATTN-METADATA-VIEWS")
 @pytest.mark.op("decode_attention")
+@profiles.should_examples()
 @given(data=st.data(), recipe=attention_recipes(same_len=False, q_len=1, **SHOULD_VIEWS))
 def test_should_read_strided_seq_lens(backend, device, data, recipe):
     """decode's seq_lens given as every other element of a buffer are read through their strides."""

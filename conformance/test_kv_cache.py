@@ -122,7 +122,7 @@ def test_strided_caches_and_inputs(backend, device, recipe):
 
 @pytest.mark.clause("KV-METADATA-VIEWS")
 @pytest.mark.op("write_kv_cache")
-@NARROW_EXAMPLES
+@profiles.should_examples(1 / 2)
 @given(recipe=write_recipes(pages=PAGE_SIZES, metadata_layouts=("views",)))
 def test_should_read_metadata_views(backend, device, recipe):
     """slot_mapping (and a per-head fp8 scale) as every other element of a buffer: the same write."""
@@ -217,7 +217,7 @@ def test_fp8_caches_are_read_with_their_scales(backend, device, data, recipe, fp
 
 @pytest.mark.clause("KV-METADATA-VIEWS")
 @pytest.mark.op("paged_attention")
-@FP8_READ_EXAMPLES
+@profiles.should_examples(1 / 6)
 @given(data=st.data(), recipe=FP8_READ, fp8=st.sampled_from(FP8))
 def test_should_read_per_head_scale_views(backend, device, data, recipe, fp8):
     """Per-head k_scale / v_scale as every other element of a buffer, on the read: KV-FP8-READ's result."""

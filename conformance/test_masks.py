@@ -7,6 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.masks import ERRORS
 from conformance.checks import check, describe
@@ -106,6 +107,7 @@ def test_encoder_mask_accepts_integer_padding(backend, device, case, device_give
 
 @pytest.mark.clause("MASK-VIEWS")
 @pytest.mark.op("encoder_attention_mask")
+@profiles.should_examples()
 @given(case=INTEGER_PADDING)
 def test_should_read_a_strided_padding_mask(backend, device, case):
     """A 0/1 int64 padding mask given as every other element of a buffer: its bool form's mask."""
@@ -145,6 +147,7 @@ def test_swa_decode_mask_matches_oracle(backend, device, case):
 
 @pytest.mark.clause("MASK-VIEWS")
 @pytest.mark.op("swa_decode_mask")
+@profiles.should_examples()
 @given(case=decode_mask_cases())
 def test_should_read_strided_seq_lens(backend, device, case):
     """seq_lens given as every other element of a buffer: MASK-SWA-DECODE's mask."""

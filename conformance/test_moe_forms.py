@@ -11,9 +11,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance import profiles
 from conformance.checks import describe
 from conformance.moe_checks import call_routing, check_fused, check_padded_finite, check_routing, check_shared
-from conformance.profiles import share_of_examples
 from conformance.strategies.moe import (
     fused_model_form,
     fused_recipes,
@@ -23,7 +23,7 @@ from conformance.strategies.moe import (
 )
 from reference import moe as oracle
 
-FEW = share_of_examples(0.17)
+FEW = profiles.should_examples(0.17)  # every property here is a SHOULD one
 
 
 def _unused(recipe) -> bool:

@@ -13,6 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.norms import ERRORS
 from conformance.checks import assert_close, check, describe
@@ -160,6 +161,7 @@ def test_row_strided_x_gives_the_oracle(backend, device, op, recipe):
 
 @pytest.mark.clause("NORM-VIEWS")
 @pytest.mark.parametrize("op", SINGLE_OPS + FUSED_OPS)
+@profiles.should_examples()
 @given(recipe=VIEW_RECIPES)
 def test_should_accept_views(backend, device, op, recipe):
     """x and residual as row-strided, strided or transposed views and weight as a strided view

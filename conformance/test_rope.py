@@ -163,7 +163,7 @@ def test_inputs_are_left_unchanged(backend, device, recipe, is_neox_style):
 
 @pytest.mark.clause("ROPE-VIEWS")
 @pytest.mark.op("rotary_embedding")
-@FEWER
+@profiles.should_examples(1 / 6)
 @given(recipe=rope_recipes(strided=True), is_neox_style=st.booleans())
 def test_should_accept_views(backend, device, recipe, is_neox_style):
     """positions, q, k and the cache as every other element of a buffer: the oracle's values, and
@@ -173,7 +173,7 @@ def test_should_accept_views(backend, device, recipe, is_neox_style):
 
 @pytest.mark.clause("ROPE-VIEWS")
 @pytest.mark.op("mrope")
-@FEWER
+@profiles.should_examples(1 / 6)
 @given(is_neox_style=st.booleans(), recipe=rope_recipes(mrope=True, strided=True))
 def test_should_accept_mrope_views(backend, device, is_neox_style, recipe):
     """mrope's [3, T] positions, q, k and the cache as every other element of a buffer: the oracle's."""
@@ -270,7 +270,7 @@ def test_cos_sin_rows(backend, device, rotary_dim, positions, dtype, attention_f
 
 @pytest.mark.clause("ROPE-VIEWS")
 @pytest.mark.op("rope_cos_sin")
-@FEWER
+@profiles.should_examples(1 / 6)
 @given(
     rotary_dim=st.sampled_from((2, 8, 64)),
     positions=st.lists(st.one_of(st.integers(0, 63), st.integers(100000, 262143)), min_size=1, max_size=8),

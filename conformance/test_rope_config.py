@@ -123,7 +123,7 @@ def test_per_layer_rope(backend, device, drawn):
 
 @pytest.mark.clause("ROPE-LAYER-TRUNCATE")
 @pytest.mark.op("rope_inv_freq")
-@FEW
+@profiles.should_examples(1 / 3)
 @given(drawn=rope_configs(per_layer=True, rope_types=("yarn",), layer_truncate=True))
 def test_should_read_truncate_from_the_layer_dict(backend, device, drawn):
     """A full layer's YaRN dict with truncate=False: the correction range is not rounded."""

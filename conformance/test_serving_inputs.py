@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance import profiles
 from conformance.strategies.serving import (
     CACHE_LAYOUTS,
     METADATA_LAYOUTS,
@@ -63,6 +64,7 @@ def test_views_are_read_through_their_strides(backend, device, data, recipe):
 
 @pytest.mark.clause("SERVE-METADATA-VIEWS")
 @pytest.mark.op("paged_attention")
+@profiles.should_examples()
 @given(data=st.data(), recipe=serving_recipes(dims=SMALL_DIMS, metadata_layouts=(METADATA_VIEWS,)))
 def test_should_read_metadata_views(backend, device, data, recipe):
     """cu_seqlens_q, seq_lens and sinks as every other element of a buffer (block_table the leading
