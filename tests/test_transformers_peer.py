@@ -1,112 +1,71 @@
-"""The built-in ``transformers`` backend, the field's reference, through the suite: no MUST failure.
+"""The built-in ``transformers`` backend, the field's reference (transformers' own modules).
 
-One run (tests/suite_runner.py, the ``opconform-few`` profile) of the whole suite on the backend (its
-n/i ops skip at no cost). Each failed case's clause comes from the results JSON and its level from
-spec/ (``conformance.spec_index``): a SHOULD failure is expected (transformers' modules validate
-nothing; SHOULD_BUGS lists the real bugs among them, each still seen); a MUST failure is an adapter
-bug, a false alarm of the suite or a transformers bug, and fails here unless PENDING or
-TRANSFORMERS_BUGS names it, with its reason. A bug of the platform under transformers is an expected
-failure of expectations/transformers.toml.
+The demand that it has no MUST failure is the suite's own run: the backend is built in, so
+``pytest -n auto`` (CI: the ci profile) runs every property on it and fails on any MUST failure that
+expectations/transformers.toml does not declare. A false alarm of the kind issue 36 found (correct
+field code failing a MUST demand) therefore fails CI. Its SHOULD failures are expected: transformers'
+modules validate nothing. This module checks what that run cannot: which ops the backend computes
+(an op turned n/i would silently leave its clauses unchecked), that it validates nothing (a check
+added to an adapter would be the suite's, not transformers'), the manifest's one entry, and the
+reproducer of the real transformers bug the suite finds at SHOULD level.
 """
 
 from __future__ import annotations
-
-import re
-from dataclasses import dataclass
 
 import pytest
 import torch
 
 from backends import builtin_backends, not_implemented_reason
 from backends.protocols import OPS
-from conformance import results
-from conformance.spec_index import load_clauses
-from tests.suite_runner import REPO, produced_once, run_suite
+from conformance import expectations as manifests
+from conformance import spec_index
 
 pytest.importorskip("transformers", reason="transformers (peers extra) is not installed")
 
 BACKEND = "transformers"
-Outcome = results.Outcome
-FAILED = (Outcome.FAILED, Outcome.SHOULD_FAILED, Outcome.TIMEOUT, Outcome.CRASH)
+# The ops transformers has code for (backends/transformers_peer/): its section docstrings name the modules.
+COMPUTED = {
+    "attention", "decode_attention", "encoder_attention_mask", "fast_gelu", "fused_add_rms_norm", "fused_moe",
+    "gelu_and_mul", "gemma_fused_add_rms_norm", "gemma_rms_norm", "mrope", "new_gelu", "prefill_attention",
+    "quick_gelu", "rms_norm", "rope_cos_sin", "rope_inv_freq", "rope_softmax_scale", "rotary_embedding",
+    "select_experts", "silu_and_mul", "silu_clamped_and_mul", "swiglu_limit", "swiglu_oai_and_mul",
+    "swiglu_step_and_mul",
+}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Known:
-    """MUST failures of one cause: a clause of ``clauses`` whose failure message matches ``pattern``."""
-
-    clauses: tuple[str, ...]
-    pattern: str
-    why: str
-
-    def matches(self, clause: str, message: str) -> bool:
-        return clause in self.clauses and re.search(self.pattern, message, re.DOTALL) is not None
+def _backend():
+    return next(b for b in builtin_backends() if b.name == BACKEND)
 
 
-# (b) Suite false alarms: MUST demands that correct transformers code fails, pending their fix in the
-# scope named (issue 36). Remove an entry when its fix merges (the test fails naming a stale one).
-PENDING: list[Known] = []
-
-# (c) Real transformers bugs the suite finds at MUST level, with a reproducer in the reason. (A platform
-# bug under transformers is declared in expectations/transformers.toml instead: ATTN-NAN's CPU SDPA zeros.)
-TRANSFORMERS_BUGS: list[Known] = []
-
-# (d) Real transformers bugs on inputs no released model passes: SHOULD failures, each still seen.
-SHOULD_BUGS = [
-    Known(("ROPE-LAYER-TRUNCATE",), r"layer_type='full_attention'.*'rope_type': 'yarn'[^}]*'truncate': False",
-          "transformers 5.24 modeling_rope_utils._compute_yarn_parameters reads truncate = "
-          "config.rope_parameters.get('truncate', True), the top-level dict: a per-layer yarn dict's "
-          "truncate=False is ignored (reproduced by test_per_layer_yarn_truncate_is_ignored)"),
-]  # fmt: skip
+def test_the_peer_computes_every_op_transformers_has():
+    """The ops it implements are exactly COMPUTED: one that became n/i would leave its clauses unchecked."""
+    backend = _backend()
+    assert {op for op in OPS if not_implemented_reason(backend, op) is None} == COMPUTED
 
 
-def _run(folder) -> dict:
-    extra = ["--backend", BACKEND, "--device", "cpu", "-p", "few_examples"]
-    return run_suite(folder, paths=["conformance"], modules=[], extra=extra, pythonpath=[REPO / "tests"],
-                     profile="few")  # fmt: skip
+def test_the_peer_validates_nothing():
+    """Bad input reaches transformers' code unchecked (a ValueError of the adapter would be the suite's)."""
+    backend = _backend()
+    x, weight = torch.ones(2, 4), torch.ones(4)
+    assert backend.rms_norm(x, weight, eps=0.0).shape == (2, 4)  # eps=0: NORM-ERRORS' record, accepted
+    assert backend.silu_and_mul(torch.ones(2, 6)).shape == (2, 3)
 
 
-def _failures(cases, level: str) -> list[tuple[str, str, str]]:
-    """(nodeid, clause, message) of each failed case whose clause has ``level``."""
-    clauses = load_clauses()
-    found = []
-    for case in cases:
-        if case.outcome in FAILED:
-            clause = case.failure.clause if case.failure and case.failure.clause else case.clauses[0]
-            message = (case.failure and case.failure.message) or case.message or ""
-            if clauses[clause].level == level:
-                found.append((case.nodeid, clause, message))
-    return found
-
-
-# One test for the one suite run: under pytest-xdist, a second test would hold another worker
-# waiting for it (produced_once).
-def test_transformers_has_no_must_failure(tmp_path_factory):
-    """No MUST failure but the known ones, each of those still seen; SHOULD failures and passes seen."""
-    document = produced_once(tmp_path_factory, "opconform-transformers-peer", _run)
-    cases = [case for case in results.Document.from_dict(document).results if case.backend == BACKEND]
-    assert cases, document["stdout"][-3000:]
-    must, known = _failures(cases, "MUST"), PENDING + TRANSFORMERS_BUGS
-    unexplained = [f for f in must if not any(k.matches(f[1], f[2]) for k in known)]
-    assert not unexplained, "\n\n".join(f"{nodeid}\n  {message[:1500]}" for nodeid, _, message in unexplained)
-    stale = [k.why for k in known if not any(k.matches(clause, message) for _, clause, message in must)]
-    assert not stale, f"these causes no longer fail (fixed? remove their entries): {stale}"
-    # transformers validates nothing: its bad-input clauses fail, at SHOULD level, not counted above.
-    should_failures = _failures(cases, "SHOULD")
-    should = {clause for _, clause, _ in should_failures}
-    assert {"ACT-ERRORS", "NORM-ERRORS", "ROPE-ERRORS", "MOE-ERRORS", "MASK-ERRORS", "ATTN-ERRORS"} <= should
-    unseen = [k.why for k in SHOULD_BUGS if not any(k.matches(c, m) for _, c, m in should_failures)]
-    assert not unseen, f"these SHOULD bugs no longer fail (fixed? remove their entries): {unseen}"
-    # ATTN-NAN's platform bug is an expected failure of its manifest entry, not a MUST failure.
-    nan = [case for case in cases if re.search(r"test_attention.py::test_\w+_nan_reaches", case.nodeid)]
-    assert nan and all(case.outcome == Outcome.EXPECTED_FAILURE for case in nan), [
-        (case.nodeid, case.outcome) for case in nan
-    ]
-    # MoE forms no model has (its routers and blocks raise NotImplementedError) and padded rows' NaN weights
-    assert {"MOE-COMBOS", "MOE-PADDED-FINITE"} <= should, should
-    backend = next(b for b in builtin_backends() if b.name == BACKEND)
-    families = {family for op, family in OPS.items() if not_implemented_reason(backend, op) is None}
-    passed = {OPS[case.op] for case in cases if case.outcome == Outcome.PASSED and case.op}
-    assert passed == families, (passed, families)  # every family it has ops of ran and passed somewhere
+def test_the_manifest_declares_only_the_platform_nan_bug():
+    """expectations/transformers.toml: one entry, ATTN-NAN's torch CPU SDPA bug, on cpu, with its issue."""
+    directory = manifests.builtin_manifest_dir()
+    entries = [
+        e for e in manifests.load_manifests([directory], known_clauses=spec_index.load_clauses())
+        if e.backend == BACKEND
+    ]  # fmt: skip
+    assert len(entries) == 1, entries
+    (entry,) = entries
+    assert entry.reason == "bug" and entry.device == "cpu" and "pytorch/pytorch/issues" in entry.issue
+    nan = "test_attention.py::test_prefill_nan_reaches_exactly_the_rows_that_see_it[x]"
+    where = {"backend": BACKEND, "device": "cpu", "dtype": None}
+    assert entry.matches(nodeid=nan, clauses=["ATTN-NAN"], **where) == "yes"
+    other = "test_attention.py::test_prefill_matches_oracle[x]"
+    assert entry.matches(nodeid=other, clauses=["ATTN-PREFILL"], **where) != "yes"
 
 
 def test_per_layer_yarn_truncate_is_ignored():
