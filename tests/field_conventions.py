@@ -13,8 +13,34 @@ import torch.nn.functional as F
 from reference import serving
 from reference.serving import validate_paged_args
 
+# The properties tests/test_field_conventions.py judges these backends on, and their clauses: the shared run
+# (tests/convention_runs.py, --focus-declared-clauses) gives them only the properties checking one of them.
+PROPERTIES = [
+    "conformance/test_activations_clamped.py::test_silu_clamped_matches_oracle",
+    "conformance/test_activations_clamped.py::test_clamp_order",
+    "conformance/test_activations_clamped.py::test_clamped_op_without_limit_does_not_clamp",
+    "conformance/test_activations.py::test_geglu_matches_oracle",
+    "conformance/test_activations.py::test_gated_nan_propagates",
+    "conformance/test_activations.py::test_should_accept_views",
+    "conformance/test_kv_cache.py::test_write_matches_oracle",
+    "conformance/test_kv_cache.py::test_padded_tokens_are_skipped",
+    "conformance/test_kv_cache.py::test_other_slots_keep_their_bits",
+    "conformance/test_kv_cache.py::test_every_page_size",
+    "conformance/test_kv_cache.py::test_should_reject_bad_input",
+    "conformance/test_rope.py::test_kernel_args_select_the_style",
+    "conformance/test_rope_config.py::test_gemma3_config_json",
+    "conformance/test_serving_windows.py::test_prefill_and_decode_keep_the_same_window",
+]
+CLAUSES = frozenset({
+    "ACT-CLAMP-NO-DEFAULT", "ACT-CLAMP-ORDER", "ACT-GEGLU", "ACT-NAN", "ACT-SILU-CLAMPED", "ACT-VIEWS",
+    "KV-ERRORS", "KV-KEEP", "KV-PAD", "KV-PAGE-SIZE", "KV-WRITE", "ROPE-KERNEL-ARGS", "ROPE-LAYER",
+    "SERVE-WINDOW-ARGS",
+})  # fmt: skip
+
 
 class _Backend:
+    clauses = CLAUSES
+
     def unavailable(self, device):
         return None if device.type == "cpu" else "these transcriptions run on cpu"
 

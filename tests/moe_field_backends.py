@@ -9,6 +9,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+# The properties tests/test_moe_conventions.py judges these backends on, and their clauses: every one of
+# these files but test_should_reject_bad_input (MOE-ERRORS, bad input these transcriptions do not check).
+# The shared run (tests/convention_runs.py, --focus-declared-clauses) gives them those properties only.
+PROPERTIES = ["conformance/test_moe.py", "conformance/test_moe_forms.py"]
+CLAUSES = frozenset({
+    "MOE-BIAS", "MOE-CLAMP", "MOE-COMBOS", "MOE-CONFIG", "MOE-FUSED", "MOE-GROUPS", "MOE-PADDED",
+    "MOE-PADDED-FINITE", "MOE-PERMUTE", "MOE-RENORM", "MOE-RSF-ONCE", "MOE-SCORING", "MOE-SELECT",
+    "MOE-SHARED", "MOE-TIES", "MOE-VIEWS",
+})  # fmt: skip
+
 
 def vllm_cpu_grouped_topk(
     gating_output,
@@ -150,6 +160,7 @@ class VllmCpuMoe:
     the k), fused_moe as a per-expert loop (glue) around vLLM's MoE activation."""
 
     name = "vllm-cpu-moe"
+    clauses = CLAUSES
     fill = float("-inf")
     bias_dtype = None
     drop_clamp = False

@@ -12,8 +12,29 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 
+# The properties tests/test_peer_conventions.py judges these backends on, and their clauses: the shared run
+# (tests/convention_runs.py, --focus-declared-clauses) gives them only the properties checking one of them.
+PROPERTIES = [
+    "conformance/test_activations_clamped.py::test_limit_selected_from_config",
+    "conformance/test_activations_clamped.py::test_limit_disabled_by_config",
+    "conformance/test_activations_clamped.py::test_should_turn_the_clamp_off_for_a_negative_limit_or_a_short_list",
+    "conformance/test_activations_clamped.py::test_limit_from_transformers_config",
+    "conformance/test_activations_clamped.py::test_layer_from_config_clamps_with_its_limit",
+    "conformance/test_attention.py::test_attention_matches_oracle",
+    "conformance/test_attention.py::test_additive_mask_in_query_dtype_equals_bool",
+    "conformance/test_attention.py::test_should_reject_a_float32_mask_with_half_queries",
+    "conformance/test_rope.py::test_cos_sin_rows",
+    "conformance/test_rope.py::test_long_positions_keep_float32_angles",
+]
+CLAUSES = frozenset({
+    "ACT-LIMIT-CONFIG", "ACT-LIMIT-CONFIG-LAYER", "ACT-LIMIT-CONFIG-OFF", "ACT-LIMIT-CONFIG-ROBUST", "ATTN",
+    "ATTN-FLOAT-MASK", "ATTN-FLOAT-MASK-REJECT", "ROPE-COS-SIN", "ROPE-LONG",
+})  # fmt: skip
+
 
 class _Backend:
+    clauses = CLAUSES
+
     def unavailable(self, device):
         return None if device.type == "cpu" else "these transcriptions run on cpu"
 

@@ -4,39 +4,15 @@ user's backend would; each wrong twin still fails its clause."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import convention_runs
 import pytest
-from suite_runner import failed_clauses, produced_once, run_suite
-
-HERE = Path(__file__).resolve().parent
-PROPERTIES = [
-    "conformance/test_activations_clamped.py::test_silu_clamped_matches_oracle",
-    "conformance/test_activations_clamped.py::test_clamp_order",
-    "conformance/test_activations_clamped.py::test_clamped_op_without_limit_does_not_clamp",
-    "conformance/test_activations.py::test_geglu_matches_oracle",
-    "conformance/test_activations.py::test_gated_nan_propagates",
-    "conformance/test_activations.py::test_should_accept_views",
-    "conformance/test_kv_cache.py::test_write_matches_oracle",
-    "conformance/test_kv_cache.py::test_padded_tokens_are_skipped",
-    "conformance/test_kv_cache.py::test_other_slots_keep_their_bits",
-    "conformance/test_kv_cache.py::test_every_page_size",
-    "conformance/test_kv_cache.py::test_should_reject_bad_input",
-    "conformance/test_rope.py::test_kernel_args_select_the_style",
-    "conformance/test_rope_config.py::test_gemma3_config_json",
-    "conformance/test_serving_windows.py::test_prefill_and_decode_keep_the_same_window",
-]
+from suite_runner import failed_clauses
 
 
 @pytest.fixture(scope="module")
 def field_run(tmp_path_factory):
-    """One suite run (one subprocess) of the properties above over every backend of the module."""
-
-    def produce(folder: Path) -> dict:
-        return run_suite(folder, paths=PROPERTIES, modules=["field_conventions"], extra=["--device", "cpu"],
-                         pythonpath=[HERE], profile="ci-noshrink")  # fmt: skip
-
-    return produced_once(tmp_path_factory, "opconform-field-conventions", produce)
+    """This module's backends' cases of the shared convention run (tests/convention_runs.py)."""
+    return convention_runs.part(tmp_path_factory, "field")
 
 
 def _cases(document: dict, backend: str) -> list[tuple[str, str]]:

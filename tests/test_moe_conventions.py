@@ -5,12 +5,11 @@ transcribed from vLLM 0.33.0 and transformers 5.24.0."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import convention_runs
 import moe_field_backends as field
 import pytest
 import torch
-from suite_runner import failed_clauses, outcomes, produced_once, run_suite
+from suite_runner import failed_clauses, outcomes
 
 from conformance import spec_index
 from conformance.checks import assert_close
@@ -20,21 +19,11 @@ from conformance.strategies.moe import RoutingRecipe
 from conformance.tolerances import routing_atol_scale, tolerance
 from reference import moe as oracle
 
-PATHS = ["conformance/test_moe.py", "conformance/test_moe_forms.py"]
-SELECTION = "not reject_bad_input"
-
 
 @pytest.fixture(scope="module")
 def field_run(tmp_path_factory):
-    """One suite run of the MoE properties against the backends of tests/moe_field_backends.py."""
-
-    def produce(folder: Path) -> dict:
-        return run_suite(
-            folder, paths=PATHS, modules=["moe_field_backends:BACKENDS"], pythonpath=[Path(__file__).parent],
-            extra=["--device", "cpu", "-k", SELECTION], profile="ci-noshrink",
-        )  # fmt: skip
-
-    return produced_once(tmp_path_factory, "opconform-moe-field-run", produce)
+    """This module's backends' cases of the shared convention run (tests/convention_runs.py)."""
+    return convention_runs.part(tmp_path_factory, "moe")
 
 
 def _must(clauses) -> set[str]:

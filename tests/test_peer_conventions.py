@@ -5,41 +5,22 @@ still fails a MUST clause."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import convention_runs
 import pytest
 import torch
 from peer_conventions import TransformersLlamaRotary
-from suite_runner import failed_clauses, produced_once, run_suite
+from suite_runner import failed_clauses
 
 from conformance.test_rope import _check_cos_sin
 
-HERE = Path(__file__).resolve().parent
-PROPERTIES = [
-    "conformance/test_activations_clamped.py::test_limit_selected_from_config",
-    "conformance/test_activations_clamped.py::test_limit_disabled_by_config",
-    "conformance/test_activations_clamped.py::test_should_turn_the_clamp_off_for_a_negative_limit_or_a_short_list",
-    "conformance/test_activations_clamped.py::test_limit_from_transformers_config",
-    "conformance/test_activations_clamped.py::test_layer_from_config_clamps_with_its_limit",
-    "conformance/test_attention.py::test_attention_matches_oracle",
-    "conformance/test_attention.py::test_additive_mask_in_query_dtype_equals_bool",
-    "conformance/test_attention.py::test_should_reject_a_float32_mask_with_half_queries",
-    "conformance/test_rope.py::test_cos_sin_rows",
-    "conformance/test_rope.py::test_long_positions_keep_float32_angles",
-]
 CORRECT = ("transformers-step3p7-limits", "vllm-step3p5-limits", "transformers-sdpa-attention",
            "transformers-llama-rotary")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def peer_run(tmp_path_factory):
-    """One suite run (one subprocess) of the properties above over every backend of the module."""
-
-    def produce(folder: Path) -> dict:
-        return run_suite(folder, paths=PROPERTIES, modules=["peer_conventions"], extra=["--device", "cpu"],
-                         pythonpath=[HERE], profile="ci-noshrink")  # fmt: skip
-
-    return produced_once(tmp_path_factory, "opconform-peer-conventions", produce)
+    """This module's backends' cases of the shared convention run (tests/convention_runs.py)."""
+    return convention_runs.part(tmp_path_factory, "peer")
 
 
 def _outcomes(document: dict, backend: str, test: str) -> dict[str, int]:
