@@ -134,3 +134,26 @@ def test_shipped_manifests_are_valid(tmp_path):
     ])  # fmt: skip
     example = _load(tmp_path, (directory / "example.toml.txt").read_text())
     assert sorted(e.reason for e in example) == ["bug", "deviation", "intermittent", "unsupported"]
+
+
+def test_a_declared_failure_runs_unshrunk_and_the_property_keeps_its_settings():
+    """expectations.unshrunk: no shrink phase while the case runs, the property's settings after."""
+    from hypothesis import Phase, given, settings
+    from hypothesis import strategies as st
+
+    from conformance.expectations import unshrunk
+
+    seen = []
+
+    @settings(max_examples=7, database=None)
+    @given(st.integers())
+    def prop(n):
+        seen.append(prop._hypothesis_internal_use_settings.phases)
+
+    before = prop._hypothesis_internal_use_settings
+    with unshrunk(prop, True):
+        prop()
+    assert Phase.shrink not in seen[-1] and prop._hypothesis_internal_use_settings is before
+    with unshrunk(prop, False):
+        prop()
+    assert Phase.shrink in seen[-1] and before.max_examples == 7
