@@ -261,13 +261,25 @@ def pytest_generate_tests(metafunc):
     config = metafunc.config
     activate(config)
     run = state(config)
-    pairs = [(b, as_device(d)) for b in run.backends for d in run.devices]
+    pairs = [(b, as_device(d)) for b in _focused(metafunc, run.backends) for d in run.devices]
     argnames = ["backend", "device"] if "device" in metafunc.fixturenames else ["backend"]
     values = [pair if len(argnames) == 2 else pair[:1] for pair in pairs]
     ids = [f"{b.name}-{d.type}" if len(argnames) == 2 else b.name for b, d in pairs]
     if len(argnames) == 1:
         values, ids = list(dict.fromkeys(map(tuple, values))), list(dict.fromkeys(ids))
     metafunc.parametrize(argnames, values, ids=ids)
+
+
+def _focused(metafunc, backends: list) -> list:
+    """--focus-declared-clauses at generation: a backend that declares ``clauses`` gets this property's
+    cases only when it checks one of them, so a run of many such backends (the mutants) does not build
+    thousands of items to deselect. A property none of them checks keeps one backend's items, which
+    pytest_collection_modifyitems deselects as before (so -k, staleness and counts see it)."""
+    if not metafunc.config.getoption("focus_declared_clauses"):
+        return backends
+    checked = {c for mark in metafunc.definition.iter_markers("clause") for c in mark.args}
+    kept = [b for b in backends if getattr(b, "clauses", None) is None or checked & set(b.clauses)]
+    return kept or backends[:1]
 
 
 def absent_message(config) -> str | None:
