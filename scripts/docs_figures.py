@@ -129,8 +129,11 @@ def kill_matrix(extra: list[str]) -> str:
         body = table.read_text(encoding="utf-8")
     what = (
         "# Kill matrix\n\nEvery mutant of `mutants/` run through the conformance suite "
-        "(`opconform mutants`, [suite strength](../suite-strength.md)): killed or survived, the clauses "
-        "named in its failures, the clauses its docstring declares (`Caught by:`) and the time to kill."
+        "(`opconform mutants`, [suite strength](../suite-strength.md)): its level, killed or survived, the "
+        "MUST and SHOULD clauses named in its failures, the clauses its docstring declares (`Caught by:`) "
+        "and the time to kill. A MUST mutant is killed only by a MUST clause; one that only SHOULD clauses "
+        "catch is a hazard. A mutant declared SHOULD is a robustness mistake the field's own layers make "
+        "too (its `why`), killed by its SHOULD clause."
     )
     return header("kill-matrix", what, command, run, tmp) + body
 
