@@ -4,6 +4,7 @@ gpt-oss, Step-3.5), each configured through moe_router_config."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 
@@ -272,7 +273,11 @@ def test_fused_moe_matches_transformers_experts():
 
     step_config = Step3p7TextConfig(n_routed_experts=6, hidden_size=8, moe_intermediate_size=5,
                                     num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
-    clamped = Step3p7Experts(step_config, swiglu_limit=0.5)
+    if "layer_idx" in inspect.signature(Step3p7Experts.__init__).parameters:  # transformers >= 5.25
+        step_config.swiglu_limits = [0.5]
+        clamped = Step3p7Experts(step_config, 0)
+    else:  # 5.24: the limit is an argument
+        clamped = Step3p7Experts(step_config, swiglu_limit=0.5)
     cases = [
         (DeepseekV3Experts(ds), "silu", None),
         (clamped, "swiglustep", 0.5),

@@ -17,6 +17,7 @@ clamp). Nothing here validates input (transformers' modules do not): ACT-ERRORS 
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 
 import torch
@@ -44,7 +45,12 @@ def _experts(kind: str) -> torch.nn.Module:
         config = hf_attr("models.step3p7.configuration_step3p7", "Step3p7TextConfig")(
             n_routed_experts=1, moe_intermediate_size=1, **TINY
         )
-        return hf_attr("models.step3p7.modeling_step3p7", "Step3p7Experts")(config)
+        experts = hf_attr("models.step3p7.modeling_step3p7", "Step3p7Experts")
+        if "layer_idx" in inspect.signature(experts.__init__).parameters:
+            # transformers >= 5.25: (config, layer_idx), the limit from config.swiglu_limits (None:
+            # no clamp, which the call then replaces); 5.24: (config, swiglu_limit=None), inf: no clamp.
+            return experts(config, 0)
+        return experts(config)
     if kind == "deepseek_v4":
         config = hf_attr("models.deepseek_v4.configuration_deepseek_v4", "DeepseekV4Config")(
             n_routed_experts=1, moe_intermediate_size=1, **TINY
@@ -132,7 +138,7 @@ class TransformersActivations:
             layer = hf_attr("models.step3p7.modeling_step3p7", "Step3p7SparseMoeBlock")(
                 step, layer_idx
             ).experts
-        return None if layer.limit == math.inf else layer.limit
+        return None if layer.limit in (None, math.inf) else layer.limit  # 5.25's "no clamp" is None
 
     situ_and_mul = NotImplementedOp("transformers has no SiTU activation")
     npu_geglu_args = NotImplementedOp("torch_npu kernel arguments: an Ascend adapter's op")
