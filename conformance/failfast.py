@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.results import Outcome
+
 FAILURES = pytest.StashKey[dict]()
 BROKEN = pytest.StashKey[set]()  # (backend, device, clause) that failed, for --opconform-first-failure
 INFO, CASE = "opconform", "opconform_case"  # recorder's user_properties keys (conformance.recorder)
-SHOULD_FAILED = "failed (SHOULD)"  # conformance.results.Outcome.SHOULD_FAILED, without importing it
 
 
 def note(config, backend, report) -> None:
@@ -28,7 +29,7 @@ def note(config, backend, report) -> None:
     where it fails the run), and remember the clause it broke on its device, at either level."""
     properties = dict(report.user_properties)
     facts = properties.get(CASE) or {}
-    should = facts.get("outcome") == SHOULD_FAILED
+    should = facts.get("outcome") == Outcome.SHOULD_FAILED.value
     if not (report.when == "call" and (report.failed or should) and backend is not None):
         return
     if report.failed:
