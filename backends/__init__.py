@@ -40,6 +40,7 @@ import torch
 from backends.protocols import FAMILIES, OPS
 
 __all__ = [
+    "PEERS",
     "Backend",
     "BUILTIN",
     "ENTRY_POINT_GROUP",
@@ -69,6 +70,9 @@ BUILTIN: dict[str, str] = {
     "flex": "backends.flex:BACKEND",
     "transformers": "backends.transformers_peer:BACKEND",
 }
+# Built-in backends that run the field's own reference code, to show the suite fails none of it; they
+# draw a share of the examples (conformance.profiles.PEER_SHARE) except under the thorough profile.
+PEERS = frozenset({"transformers"})
 
 
 @runtime_checkable

@@ -23,7 +23,6 @@ may match (``-k``, a subset of modules): then it is *not run*. Bad content raise
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import sys
@@ -251,24 +250,3 @@ def judge(
         if entry.reason != "intermittent":
             return "unexpected pass", entry
     return "passed-intermittent", entries[0]
-
-
-@contextlib.contextmanager
-def unshrunk(test, declared: bool):
-    """Run ``test`` (a Hypothesis property) without shrinking while ``declared``: a failure a
-    manifest declares (a bug, a deviation, an intermittent failure) needs no smallest example, its
-    entry says what it is, and shrinking it cost seconds a case. Hypothesis reads a test's settings
-    when it is called, from the attribute its ``@settings`` sets; the property's own are restored after."""
-    current = getattr(test, "_hypothesis_internal_use_settings", None)
-    if not declared or current is None:
-        yield
-        return
-    from hypothesis import Phase, settings
-
-    test._hypothesis_internal_use_settings = settings(
-        current, phases=[p for p in current.phases if p != Phase.shrink]
-    )
-    try:
-        yield
-    finally:
-        test._hypothesis_internal_use_settings = current

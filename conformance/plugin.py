@@ -213,15 +213,32 @@ def activate(config) -> None:
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_call(item):
     """A case of an op whose signature misses its protocol fails with that one line, unrun; a case a
-    manifest declares failing runs unshrunk (conformance.expectations.unshrunk)."""
+    manifest declares failing runs unshrunk, and a built-in peer's draws its share of the examples
+    (conformance.profiles.adjusted)."""
     signatures.fail_mismatched(item)
     info = dict(item.user_properties).get(recorder.INFO) if state(item.config) is not None else None
     # Setup listed the entries that may apply (case_info): most cases have none, and match no entry again.
     declared = bool(info and info["expectations"]) and any(
         e.reason != "unsupported" for e in recorder.matching(item.config, item.nodeid, info, "yes")
     )
-    with manifests.unshrunk(getattr(item, "obj", None), declared):
+    run = state(item.config)
+    backend = activation.backend_of(item) if run is not None else None
+    with profiles.adjusted(getattr(item, "obj", None), unshrunk=declared, peer=is_peer(backend),
+                           profile=run and run.profile):  # fmt: skip
         return (yield)
+
+
+def is_peer(backend) -> bool:
+    """Whether ``backend`` is one of the built-in peers (``backends.PEERS``), not a user's backend of
+    the same name."""
+    if backend is None:
+        return False
+    from backends import BUILTIN, PEERS
+
+    if backend.name not in PEERS:
+        return False
+    module, defined_in = BUILTIN[backend.name].partition(":")[0], type(backend).__module__
+    return defined_in == module or defined_in.startswith(module + ".")
 
 
 def pytest_collectstart(collector):

@@ -124,6 +124,36 @@ def should_examples(share: float = 1 / 3) -> settings:
     return settings(max_examples=examples, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 
+# The built-in peers (backends.PEERS) draw this share of the profile's examples, except under
+# "thorough": they stand in for the field's correct code, to show no clause fails it, and a demand the
+# field does not meet (a convention) fails on most draws; "thorough" draws their full count.
+PEER_SHARE = 1 / 3
+
+
+@contextlib.contextmanager
+def adjusted(test, *, unshrunk: bool, peer: bool, profile: str | None):
+    """Run ``test`` (a Hypothesis property) with its settings adjusted for one case, its own restored
+    after: ``unshrunk`` drops the shrink phase (a failure a manifest declares needs no smallest
+    example: its entry says what it is, and shrinking it cost seconds a case); ``peer`` draws
+    ``PEER_SHARE`` of its examples (at least 5) unless ``profile`` is thorough. Hypothesis reads a
+    test's settings when it is called, from the attribute its ``@settings`` sets."""
+    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    peer = peer and profile != f"{PREFIX}thorough"
+    if current is None or not (unshrunk or peer):
+        yield
+        return
+    changes = {}
+    if unshrunk:
+        changes["phases"] = [p for p in current.phases if p != Phase.shrink]
+    if peer:
+        changes["max_examples"] = max(5, round(current.max_examples * PEER_SHARE))
+    test._hypothesis_internal_use_settings = settings(current, **changes)
+    try:
+        yield
+    finally:
+        test._hypothesis_internal_use_settings = current
+
+
 def known() -> list[str]:
     """The suite's registered profiles (Hypothesis has no public list of every profile)."""
     return [PREFIX + n for n in SHORT_NAMES if registered(PREFIX + n)]

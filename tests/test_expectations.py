@@ -137,11 +137,11 @@ def test_shipped_manifests_are_valid(tmp_path):
 
 
 def test_a_declared_failure_runs_unshrunk_and_the_property_keeps_its_settings():
-    """expectations.unshrunk: no shrink phase while the case runs, the property's settings after."""
+    """profiles.adjusted: no shrink phase while a declared case runs, the property's settings after."""
     from hypothesis import Phase, given, settings
     from hypothesis import strategies as st
 
-    from conformance.expectations import unshrunk
+    from conformance.profiles import adjusted
 
     seen = []
 
@@ -151,9 +151,43 @@ def test_a_declared_failure_runs_unshrunk_and_the_property_keeps_its_settings():
         seen.append(prop._hypothesis_internal_use_settings.phases)
 
     before = prop._hypothesis_internal_use_settings
-    with unshrunk(prop, True):
+    with adjusted(prop, unshrunk=True, peer=False, profile="opconform-ci"):
         prop()
     assert Phase.shrink not in seen[-1] and prop._hypothesis_internal_use_settings is before
-    with unshrunk(prop, False):
+    with adjusted(prop, unshrunk=False, peer=False, profile="opconform-ci"):
         prop()
     assert Phase.shrink in seen[-1] and before.max_examples == 7
+
+
+def test_a_builtin_peer_draws_its_share_except_under_thorough():
+    """profiles.adjusted: a peer's case draws PEER_SHARE of the property's examples (at least 5), all
+    of them under thorough; a user's backend named like a peer is not one."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from backends import load_backend_module
+    from conformance import plugin
+    from conformance.profiles import PEER_SHARE, adjusted
+
+    calls = []
+
+    @settings(max_examples=30, database=None)
+    @given(st.integers())
+    def prop(n):
+        calls.append(n)
+
+    for profile, expected in (("opconform-ci", round(30 * PEER_SHARE)), ("opconform-thorough", 30)):
+        calls.clear()
+        with adjusted(prop, unshrunk=False, peer=True, profile=profile):
+            prop()
+        assert len(calls) == expected, (profile, len(calls))
+    assert prop._hypothesis_internal_use_settings.max_examples == 30
+    (peer,) = load_backend_module("backends.transformers_peer")
+
+    class Impostor:
+        name = "transformers"
+
+        def unavailable(self, device):
+            return None
+
+    assert plugin.is_peer(peer) and not plugin.is_peer(Impostor()) and not plugin.is_peer(None)
