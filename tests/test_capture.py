@@ -238,7 +238,9 @@ def test_shards_written_by_hand_are_valid_safetensors_and_every_dtype_comes_back
     sizes = (0, 1, 3, 50, 300)
     given = [(_bits(d, n), _bits(d, 4 * n).reshape(n, 4)[:, 1::2]) for d in dtypes for n in sizes]
     with Capture(tmp_path, shard_bytes=2048) as cap:  # buffers of 1024 bytes: 300 float64 are loose
-        f = cap.wrap(lambda a, b: a.clone(), "rms_norm", lambda a, b: {"x": a, "weight": b}, name="f")
+        f = cap.wrap(
+            lambda a, b: a.clone(), "rms_norm", lambda a, b: {"x": a, "weight": b, "eps": 1e-6}, name="f"
+        )
         for a, b in given:
             f(a, b)
     index, entries = read_index(tmp_path)
@@ -278,7 +280,7 @@ def test_lazy_conjugate_and_negative_views_are_recorded_as_their_values(tmp_path
     views = {"conj": z.conj(), "neg": torch.randn(4, 3)._neg_view()}
     views["parameter"] = torch.nn.Parameter(torch.randn(4, 3))
     with Capture(tmp_path) as cap:
-        f = cap.wrap(lambda x: x.clone(), "rms_norm", lambda x: {"x": x}, name="f")
+        f = cap.wrap(lambda x: x.clone(), "new_gelu", lambda x: {"x": x}, name="f")
         for view in views.values():
             f(view)
     _, entries = read_index(tmp_path)

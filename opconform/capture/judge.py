@@ -5,18 +5,25 @@ Each call becomes one case of the results document ``opconform run`` writes
 op's row of ``REPLAY_OPS``, its column ``SOURCE@DEVICE`` (the capture's source and the device
 the call ran on, or the rerun backend and device), its node id names the layer and the call.
 A call that cannot be read is a skipped case whose reason names the file; no other case is lost.
+Rerun on a backend, a call of an op the backend lacks is *not implemented*, never a failure; a
+device that is absent, or a backend whose ``unavailable`` raises or refuses the device, is one
+line (``ReplayRefused``) before any call is judged. Each failure's rerun is the command that
+replays exactly that call (``--case ID``, ``ID`` its node id).
 """
 
 from __future__ import annotations
 
 import platform
+import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from backends import not_implemented_reason
 from conformance.checks import assert_close
+from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason
 from conformance.errors import ConformanceError
 from conformance.results import Case, Document, Failure, Outcome, assign_levels
 from opconform.capture.ops import REPLAY_OPS, ReplayOp
@@ -47,9 +54,47 @@ def compare(row: ReplayOp, inputs: dict, options: dict, outputs: list, *, contex
         )  # fmt: skip
 
 
+class ReplayRefused(ValueError):
+    """Replay cannot start: a bad ``--case``, an absent device, a backend that cannot run there."""
+
+
+class DeviceAbsent(ReplayRefused):
+    """The device to rerun on is absent here (``opconform replay`` exits 3)."""
+
+
+def case_id(entry: Entry) -> str:
+    """The node id of a recorded call's case, what ``--case`` selects."""
+    return f"replay::{entry.layer}::call{entry.call}::{entry.op}"
+
+
+def device_problem(device: str) -> ReplayRefused | None:
+    """Why ``device`` (``cpu``, ``cuda``, ``npu``, optionally ``:INDEX``) cannot be rerun on:
+    ``DeviceAbsent`` when its type or index is absent here, else ``ReplayRefused``; None when it can."""
+    kind, colon, index = str(device).partition(":")
+    if kind not in KNOWN_DEVICE_TYPES or (colon and not index.isdigit()):
+        return ReplayRefused(
+            f"--device {device}: expected one of {', '.join(KNOWN_DEVICE_TYPES)}, optionally :INDEX"
+        )
+    reason = absent_reason(kind)
+    if reason is None and colon and kind != "cpu":
+        count = getattr(torch, kind).device_count()
+        reason = None if int(index) < count else f"{count} {kind} device(s) here, so no index {index}"
+    return None if reason is None else DeviceAbsent(f"requested device absent: {device} ({reason})")
+
+
+def backend_problem(backend, device: str) -> str | None:
+    """Why ``backend`` cannot be rerun on ``device``: its ``unavailable`` refuses it or raises."""
+    try:
+        reason = backend.unavailable(torch.device(device))
+    except Exception as exc:  # the backend's own bug, said once, not a failure of every call
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return f"backend {backend.name!r}: its unavailable({device}) raised {error}"
+    return None if not reason else f"backend {backend.name!r} is unavailable on {device}: {reason}"
+
+
 def _case(entry: Entry, column: tuple[str, str], **fields) -> Case:
     return Case(
-        nodeid=f"replay::{entry.layer}::call{entry.call}::{entry.op}",
+        nodeid=case_id(entry),
         backend=column[0],
         device=column[1],
         op=entry.op,
@@ -57,8 +102,11 @@ def _case(entry: Entry, column: tuple[str, str], **fields) -> Case:
     )
 
 
-def judge_entry(folder, entry: Entry, source: str, backend=None, device: str = "cpu") -> Case:
-    """The case of one recorded call: the recorded output judged, or ``backend`` rerun on its inputs."""
+def judge_entry(
+    folder, entry: Entry, source: str, backend=None, device: str = "cpu", rerun: list[str] | None = None
+) -> Case:
+    """The case of one recorded call: the recorded output judged, or ``backend`` rerun on its inputs.
+    ``rerun``: the command words before ``--case ID`` in a failure's rerun line."""
     row = REPLAY_OPS.get(entry.op)
     recorded_device = (entry.outputs[0].get("device") if entry.outputs else None) or "cpu"
     column = (backend.name, device) if backend is not None else (source, recorded_device)
@@ -66,6 +114,12 @@ def judge_entry(folder, entry: Entry, source: str, backend=None, device: str = "
     if row is None:
         reason = f"op {entry.op!r} is not replayable (opconform.capture.ops.NOT_REPLAYABLE)"
         return _case(entry, column, outcome=Outcome.SKIPPED, reason=reason, start=start)
+    lacking = None if backend is None else not_implemented_reason(backend, entry.op)
+    if lacking:
+        return _case(
+            entry, column, outcome=Outcome.NOT_IMPLEMENTED, reason=lacking, clauses=[row.clause], start=start
+        )
+    command = shlex.join([*(rerun or ["opconform", "replay", str(folder)]), "--case", case_id(entry)])
     try:
         inputs, outputs = read_call(folder, entry)
     except CaptureError as exc:
@@ -95,6 +149,7 @@ def judge_entry(folder, entry: Entry, source: str, backend=None, device: str = "
             message=str(exc),
             largest_violation=exc.violation,
             example={"arguments": {"layer": entry.layer, "call": str(entry.call), "file": entry.file}},
+            rerun=command,
         )
         return _case(
             entry, column, outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
@@ -103,7 +158,11 @@ def judge_entry(folder, entry: Entry, source: str, backend=None, device: str = "
     except Exception as exc:  # the backend's own error on a recorded input, or a bad recorded argument
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
         failure = Failure(
-            clause=row.clause, dtype=dtype, error=error, message=f"[{row.clause}] {context}: {error}"
+            clause=row.clause,
+            dtype=dtype,
+            error=error,
+            message=f"[{row.clause}] {context}: {error}",
+            rerun=command,
         )
         return _case(entry, column, outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
                      failure=failure, message=failure.message, start=start)  # fmt: skip
@@ -111,13 +170,42 @@ def judge_entry(folder, entry: Entry, source: str, backend=None, device: str = "
                  duration=time.time() - start)  # fmt: skip
 
 
-def replay(folder: str | Path, *, backend=None, device: str = "cpu") -> tuple[Document, list[str]]:
-    """The results document of every call in capture ``folder`` and the one-line problems found
-    (unreadable entries or files). Raises CaptureError when the folder itself is refused."""
+def selected(entries: list, cases, folder) -> list:
+    """The entries ``cases`` (node ids, ``case_id``) name, in the index's order (all when None);
+    ReplayRefused naming the first id that is no call of the capture."""
+    if cases is None:
+        return entries
+    ids = {case_id(e) for e in entries if isinstance(e, Entry)}
+    for wanted in cases:
+        if wanted not in ids:
+            example = f" such as {min(ids)}" if ids else ""
+            raise ReplayRefused(f"--case {wanted}: no call of capture {folder} has this id (ids look like "
+                                f"replay::LAYER::callN::OP{example})")  # fmt: skip
+    return [e for e in entries if isinstance(e, Entry) and case_id(e) in set(cases)]
+
+
+def replay(
+    folder: str | Path, *, backend=None, device: str = "cpu", cases=None, rerun: list[str] | None = None
+) -> tuple[Document, list[str]]:
+    """The results document of every call in capture ``folder`` (only those ``cases`` names, when
+    given) and the one-line problems found (unreadable entries or files). ``rerun``: the command
+    words before ``--case ID`` in a failure's rerun line (default ``opconform replay FOLDER``, with
+    ``--backend NAME --device DEVICE`` when rerun on a backend). Raises CaptureError when the
+    folder itself is refused, ReplayRefused (DeviceAbsent) when the rerun cannot start."""
     from conformance import spec_index
 
     started = time.time()
     index, entries = read_index(folder)
+    entries = selected(entries, cases, folder)
+    if backend is not None:
+        refused = device_problem(device)
+        if refused is not None:
+            raise refused
+        problem = backend_problem(backend, device)
+        if problem:
+            raise ReplayRefused(problem)
+        if rerun is None:
+            rerun = ["opconform", "replay", str(folder), "--backend", backend.name, "--device", device]
     source = str(index.get("source") or "captured")
     cases, problems = [], []
     for i, entry in enumerate(entries):
@@ -126,7 +214,7 @@ def replay(folder: str | Path, *, backend=None, device: str = "cpu") -> tuple[Do
             cases.append(Case(nodeid=f"replay::index::calls[{i}]", outcome=Outcome.SKIPPED, reason=str(entry),
                               backend=backend.name if backend else source, device=device))  # fmt: skip
             continue
-        case = judge_entry(folder, entry, source, backend, device)
+        case = judge_entry(folder, entry, source, backend, device, rerun)
         if case.outcome == Outcome.SKIPPED and "not replayable" not in (case.reason or ""):
             problems.append(case.reason)
         cases.append(case)

@@ -15,12 +15,19 @@ buffer holds every call, written at ``close()``; ``shard_bytes=1``: one file per
 ``prefault=True`` touches the buffers (only the first where it holds the whole budget) at
 construction, so the model's first calls do not page-fault them in. The index's JSON is built at
 ``close()``, off the model's path.
+
+A folder that already holds a capture (an index or shards) is refused unless ``overwrite=True``,
+which removes that capture's files first, so two captures never mix. Each site's mapping is
+checked against the op's protocol signature at its first call (a key the op does not take, an
+argument without a default left out): one line there, not a failure of every call at replay.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
+import os
 import random
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +35,7 @@ from pathlib import Path
 import torch
 
 from opconform.capture.staging import Staging, key, tensors
-from opconform.capture.store import Entry, encode_entry, write_index
+from opconform.capture.store import INDEX, Entry, encode_entry, write_index
 
 # In-place ops returning None: their outputs are these arguments as the call left them (the inputs
 # are recorded before it), so replay judges what the kernel wrote (KV-WRITE, bit for bit).
@@ -48,15 +55,44 @@ def _outputs(output) -> list[torch.Tensor]:
     raise TypeError(f"output: expected a tensor or a tuple of tensors, got {type(output).__name__}")
 
 
+def _held_capture(folder: Path) -> list[Path]:
+    """The files of a capture already in ``folder``: its index and shards (none: no capture there)."""
+    if not folder.is_dir():
+        return []
+    index = folder / INDEX
+    return ([index] if index.exists() else []) + sorted(folder.glob("shard_*.safetensors"))
+
+
+def _signature_problem(op: str, arguments: dict) -> str | None:
+    """Why a mapping's ``arguments`` cannot be a call of ``op`` (its protocol signature in
+    ``backends.protocols``): a key it does not take, an argument without a default left out."""
+    from backends import FAMILIES, OPS
+
+    signature = inspect.signature(getattr(FAMILIES[OPS[op]], op))
+    params = list(signature.parameters.values())[1:]  # self
+    if any(p.kind == p.VAR_KEYWORD for p in params):  # dpm_scheduler(**config): any option
+        return None
+    params = [p for p in params if p.kind != p.VAR_POSITIONAL]
+    shown = f"{op}({', '.join(p.name for p in params)})"
+    unknown = [key for key in arguments if key not in {p.name for p in params}]
+    if unknown:
+        return f"{op} has no argument {unknown[0]!r}; the mapping must give {shown} by these names"
+    missing = [p.name for p in params if p.default is p.empty and p.name not in arguments]
+    if missing:
+        return f"argument {missing[0]!r} of {shown} is missing (it has no default)"
+    return None
+
+
 class _Site:
     """What one attached module or named function records as, made once (not per call): the op,
     the layer, the op's ``WRITTEN`` names and the counters it shares, ``[n]`` lists: its layer's
-    calls and its op's recorded calls."""
+    calls and its op's recorded calls; ``checked``: its mapping's keys were checked (first call)."""
 
-    __slots__ = ("op", "layer", "written", "calls", "recorded")
+    __slots__ = ("op", "layer", "written", "calls", "recorded", "checked")
 
     def __init__(self, op: str, layer: str, written, calls: list, recorded: list):
         self.op, self.layer, self.written, self.calls, self.recorded = op, layer, written, calls, recorded
+        self.checked = False
 
 
 class Capture:
@@ -73,6 +109,7 @@ class Capture:
         source: str = "captured",
         shard_bytes: int = 64 << 20,
         prefault: bool = False,
+        overwrite: bool = False,
     ):
         _require(
             isinstance(max_calls_per_op, int) and max_calls_per_op >= 0,
@@ -94,8 +131,25 @@ class Capture:
             f"shard_bytes: expected an int >= 1, got {shard_bytes!r}",
         )
         _require(isinstance(prefault, bool), f"prefault: expected a bool, got {prefault!r}")
+        _require(isinstance(overwrite, bool), f"overwrite: expected a bool, got {overwrite!r}")
+        _require(
+            isinstance(out, (str, os.PathLike)) and str(out) != "",
+            f"out: expected a folder path, got {out!r}",
+        )
         self.out = Path(out)
-        self.out.mkdir(parents=True, exist_ok=True)
+        _require(not self.out.exists() or self.out.is_dir(), f"out: {out} exists and is not a folder")
+        held = _held_capture(self.out)
+        _require(
+            overwrite or not held,
+            f"out: {out} already holds a capture ({held[0].name if held else ''}); "
+            "pass overwrite=True to replace it, or choose another folder",
+        )
+        try:
+            for path in held:  # the index first: a half-removed folder is no longer a capture
+                path.unlink()
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"out: {out}: {exc.strerror or exc}") from None
         self.max_calls_per_op, self.sample_rate, self.byte_budget = max_calls_per_op, sample_rate, byte_budget
         self.source = source
         self._random = random.Random(seed)
@@ -127,6 +181,8 @@ class Capture:
 
     def _begin(self, site: _Site, arguments: dict):
         """Decide whether this call is recorded; if so, the host copies of its tensor inputs."""
+        if not site.checked:  # the mapping's keys against the op's signature, once per site
+            self._check_mapping(site, arguments)
         calls = site.calls
         call = calls[0]
         calls[0] = call + 1
@@ -151,6 +207,16 @@ class Capture:
         if written is not None:  # the tensors an in-place op writes, recorded again after the call
             written = [arguments[n] for n in written if isinstance(arguments.get(n), torch.Tensor)]
         return call, options, staged, written
+
+    def _check_mapping(self, site: _Site, arguments) -> None:
+        if not isinstance(arguments, dict):
+            raise TypeError(
+                f"mapping for {site.layer!r}: expected a dict of {site.op} arguments, got {arguments!r}"
+            )
+        problem = _signature_problem(site.op, arguments)
+        if problem:
+            raise TypeError(f"mapping for {site.layer!r}: {problem}")
+        site.checked = True
 
     def _abandon(self, started) -> None:
         if started is not None:

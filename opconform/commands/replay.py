@@ -1,12 +1,14 @@
 """``opconform replay DIR``: judge every call of a capture folder against the oracles and write
-the results document (exit 1 on a failure or an unreadable call, 2 on a refused folder)."""
+the results document (exit 1 on a failure or an unreadable call, 2 on a refused folder or a bad
+argument, 3 when ``--device`` is absent). ``--case ID`` (repeatable) replays exactly those calls:
+each failure's rerun line is that command."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from opconform.commands import help_for, usage_error, writable_dir
+from opconform.commands import EXIT_DEVICE_ABSENT, help_for, usage_error, writable_dir
 
 HELP = help_for("replay")
 
@@ -18,8 +20,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="rerun this backend (built-in name or MODULE[:ATTR]) on the recorded inputs",
     )  # fmt: skip
     parser.add_argument(
-        "--device", default="cpu", metavar="DEVICE", help="the device for --backend (default cpu)"
-    )
+        "--device", default=None, metavar="DEVICE",
+        help="the device for --backend: cpu, cuda or npu, optionally :INDEX (default cpu)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--case", action="append", default=None, metavar="ID",
+        help="replay only this call (its case id, replay::LAYER::callN::OP; repeatable)",
+    )  # fmt: skip
     parser.add_argument("--out", default=None, metavar="DIR", help="write report.json/.md/.html there")
 
 
@@ -36,21 +43,32 @@ def _backend(name: str):
 
 def run(args: argparse.Namespace) -> int:
     from opconform import render, report
-    from opconform.capture.judge import replay
-    from opconform.capture.store import CaptureError
+    from opconform.capture.judge import DeviceAbsent, device_problem, replay, selected
+    from opconform.capture.store import CaptureError, read_index
 
+    if args.device is not None and args.backend is None:
+        return usage_error(
+            "replay",
+            f"--device {args.device}: only used with --backend (without it the recorded outputs are judged)",
+        )
     why = writable_dir(args.out) if args.out else None
     if why:
         return usage_error("replay", f"--out {args.out}: cannot write there: {why}")
+    device = args.device or "cpu"
     try:
+        selected(read_index(args.capture)[1], args.case, args.capture)  # the folder and --case, first
+        refused = device_problem(device) if args.backend else None
+        if isinstance(refused, DeviceAbsent):
+            print(f"opconform replay: {refused}", file=sys.stderr)
+            return EXIT_DEVICE_ABSENT
+        if refused is not None:
+            raise refused
         backend = _backend(args.backend) if args.backend else None
-        if backend is not None:
-            import torch
-
-            absent = backend.unavailable(torch.device(args.device))
-            if absent:
-                return usage_error("replay", f"--backend {args.backend} on --device {args.device}: {absent}")
-        document, problems = replay(args.capture, backend=backend, device=args.device)
+        rerun = ["opconform", "replay", args.capture]
+        rerun += ["--backend", args.backend, "--device", device] if backend is not None else []
+        document, problems = replay(
+            args.capture, backend=backend, device=device, cases=args.case, rerun=rerun
+        )
     except (CaptureError, ValueError, RuntimeError) as exc:
         return usage_error("replay", exc)
     data = document.to_dict()
