@@ -10,6 +10,7 @@ line instead of a few hundred).
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -51,6 +52,17 @@ def keep_stacks(written: Path, json_path: str | None, nodeid: str) -> Path | Non
         kept = folder / f"{name}-{written.stem}.txt"
     shutil.copyfile(written, kept)
     return kept
+
+
+def supervised(command: str) -> str:
+    """A rerun line in one xdist worker instead of pytest's own process (``-p no:xdist``), so the
+    watchdog ends a native hang again rather than the rerun hanging for ever."""
+    words = shlex.split(command)
+    for i in range(len(words) - 1):
+        if words[i : i + 2] == ["-p", "no:xdist"]:
+            words[i : i + 2] = ["-n", "1"]
+            break
+    return shlex.join(words)
 
 
 def _fatal_line(stacks: Path | None) -> str | None:
@@ -98,10 +110,11 @@ def facts(config, nodeid: str, xdist_line: str, *, entry: dict | None, timed_out
     if stacks is not None:
         when = "when it was ended" if timed_out else "at the crash"
         message += f"\nthread stacks {when}: {stacks.parent.name}/{stacks.name} in the report's folder"
+    command = (entry or {}).get("rerun") or rerun.for_item(config, nodeid)
     failure = {
         "clause": clause,
         "dtype": info.get("dtype"),
-        "rerun": (entry or {}).get("rerun") or rerun.for_item(config, nodeid),
+        "rerun": supervised(command) if timed_out else command,
         "error": error,
         "message": message,
         "example": (entry or {}).get("example"),

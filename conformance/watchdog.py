@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import activation, crash_record, failure_record, recorder, rerun
+from conformance import activation, crash_record, failure_capture, failure_record, recorder, rerun
 
 SIDE_FOLDER = "opconform_side_folder"  # xdist workerinput key: where workers write their side files
 # SIGALRM, in the worker, stops a case that returns to Python at its limit; the watchdog ends
@@ -140,6 +140,7 @@ class CaseMarker:
         entry = {
             "pid": os.getpid(),
             "nodeid": item.nodeid,
+            "location": item.location[0],  # names the file of a `--pyargs module::test` node id
             "started": time.time(),
             "limit": self.limits.limit_of(item) if self.limits is not None else None,
             "info": dict(item.user_properties).get(recorder.INFO),
@@ -241,15 +242,17 @@ class Supervisor:
         info, case = crash_record.facts(
             self.config, crashitem, report.longreprtext, entry=entry, timed_out=timed_out, stacks=stacks
         )
-        report.longrepr = case["failure"]["message"]
-        if entry is not None:  # xdist's report knows neither when the case started nor how long it ran
+        report.longrepr = "\n".join(failure_record.lines(case["failure"]))  # as a failure's record shows
+        if entry is not None:  # xdist's report knows neither its file, nor when it started and ended
+            report.location = (entry["location"], None, report.location[2])
             report.start, report.stop = entry["started"], time.time()
             report.duration = report.stop - report.start
         if activation.state(self.config) is not None:  # the recorder reads them
             report.user_properties = [*report.user_properties, (recorder.INFO, info), (recorder.CASE, case)]
         terminal = self.config.pluginmanager.get_plugin("terminalreporter")
         if terminal is not None:
-            terminal.write_line(crash_record.terminal_line(crashitem, case, stacks), red=True, bold=True)
+            shown = failure_capture.display_nodeid(crashitem, report.location[0])
+            terminal.write_line(crash_record.terminal_line(shown, case, stacks), red=True, bold=True)
         if worker:  # its side file names the case it died in: never watch it again
             (self.folder / f"{worker}.json").unlink(missing_ok=True)
 

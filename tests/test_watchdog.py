@@ -81,19 +81,19 @@ EXPECTED = {
 }
 
 
-def _env(folder: Path) -> dict:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(folder), str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
+def _env(folder: Path, installed: Path | None) -> dict:
+    """The environment of a run in ``folder``: its modules importable, and opconform's from
+    ``installed`` (a site-packages folder) when given, else from the checkout."""
+    path = [folder, installed or REPO]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, path), os.environ.get("PYTHONPATH", "")])}
     env.pop("PYTEST_XDIST_WORKER", None)
     return env
 
 
-def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def _run(command: list[str], cwd: Path, installed: Path | None = None) -> subprocess.CompletedProcess:
     """``command`` in its own process group, ended whole (the spinning worker too) if it outlives
     the safety net: the test then fails instead of hanging."""
-    proc = subprocess.Popen(command, cwd=cwd, env=_env(cwd), text=True, start_new_session=True,
+    proc = subprocess.Popen(command, cwd=cwd, env=_env(cwd, installed), text=True, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
         stdout, stderr = proc.communicate(timeout=SAFETY_NET_SECONDS)
@@ -122,6 +122,13 @@ def supervised(tmp_path_factory):
         capture_output=True,
     )
     (folder / "hang_crash_backends.py").write_text(BACKENDS)
+    # opconform as an installed suite (its modules under site-packages): Hypothesis draws some values
+    # from constants of the loaded modules outside site-packages, and a rerun of one case loads
+    # fewer of a checkout's modules than the run did (docs/running.md, Hangs and crashes).
+    installed = tmp_path_factory.mktemp("installed") / "site-packages"
+    installed.mkdir()
+    for package in ("conformance", "backends", "reference", "opconform"):
+        (installed / package).symlink_to(REPO / package, target_is_directory=True)
     out = folder / "out"
     (out / "report-crashes").mkdir(parents=True)
     (out / "report-crashes" / "stale.txt").write_text("stacks of an earlier run's crash")
@@ -129,14 +136,15 @@ def supervised(tmp_path_factory):
                "--device", "cpu", "--timeout", "3", "--profile", "dev", "--out", str(out),
                "--", "-k", SELECTION]  # fmt: skip
     started = time.monotonic()
-    proc = _run(command, folder)
+    proc = _run(command, folder, installed)
     print(f"opconform run took {time.monotonic() - started:.1f} s")  # a figure, never asserted
     assert (out / "report.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     document = report.load(out / "report.json")
     cases = {case["nodeid"]: case for case in document["results"]}
     if HUNG in cases:  # a figure, never asserted: the limit is 3 s
         print(f"the hung case was ended after {cases[HUNG]['duration']:.1f} s")
-    return SimpleNamespace(folder=folder, out=out, proc=proc, document=document, cases=cases)
+    run = SimpleNamespace(folder=folder, installed=installed, out=out, proc=proc)
+    return SimpleNamespace(**vars(run), document=document, cases=cases)
 
 
 def test_native_hang_is_a_timeout_and_the_run_goes_on(supervised):
@@ -174,12 +182,24 @@ def _stacks(run, case: dict) -> str:
 
 
 def test_timeout_records_its_seed_rerun_and_stacks(supervised):
-    """The ended case's record: the seed its examples were drawn with, a rerun line repeating it, and
-    its thread stacks at the end (the spinning frame among them) in a file the reports name."""
+    """The ended case's record: the seed its examples were drawn with, a rerun line repeating it in
+    one xdist worker (so the rerun is ended too), and its thread stacks at the end (the spinning
+    frame among them) in a file the reports name."""
     run = supervised
     hung = run.cases[HUNG]
     _seeded(hung)
     assert "in gelu_and_mul" in _stacks(run, hung)
+    rerun = shlex.split(hung["failure"]["rerun"])  # in a worker the watchdog ends again, not hanging
+    assert "no:xdist" not in rerun and rerun[rerun.index("-n") + 1] == "1", rerun
+
+
+def test_timeout_rerun_as_printed_is_ended_too(supervised):
+    """The ended case's rerun line, run as printed (plain pytest, its one xdist worker), is ended by
+    the watchdog again and fails as a timeout, instead of hanging."""
+    command = shlex.split(supervised.cases[HUNG]["failure"]["rerun"])
+    proc = _run([sys.executable, *command[1:]], supervised.folder, supervised.installed)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert f"opconform: TIMEOUT {HUNG}" in proc.stdout and "1 failed" in proc.stdout, proc.stdout[-3000:]
 
 
 def test_crash_records_its_seed_rerun_and_stacks_not_on_the_terminal(supervised):
@@ -202,7 +222,7 @@ def test_crash_rerun_draws_the_same_examples(supervised):
     crashed_in = log.read_text().splitlines()
     log.unlink()
     command = shlex.split(run.cases[CRASHED]["failure"]["rerun"])
-    _run([sys.executable, *command[1:]], run.folder)  # "python" as printed: this interpreter
+    _run([sys.executable, *command[1:]], run.folder, run.installed)  # "python" as printed: this interpreter
     drawn = [line.split(" ", 1) for line in log.read_text().splitlines()]
     assert len({pid for pid, _ in drawn}) == 1 and len(drawn) == 3, drawn
     assert [inputs for _, inputs in drawn] == [line.split(" ", 1)[1] for line in crashed_in[-3:]]
