@@ -15,6 +15,7 @@ in one line when the suite's cases are collected.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -47,10 +48,16 @@ NO_WATCHDOG = (
 
 
 def _write(path: Path, entry: dict) -> None:
-    """``entry`` as ``path``'s JSON, replaced at once (the watchdog never reads half a file)."""
+    """``entry`` as ``path``'s JSON, replaced at once (the watchdog never reads half a file). A file
+    that cannot be written (a full disk; Windows, while the controller reads it) leaves that case
+    unwatched rather than failing it."""
     partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(entry, default=str), encoding="utf-8")
-    os.replace(partial, path)
+    try:
+        partial.write_text(json.dumps(entry, default=str), encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        with contextlib.suppress(OSError):  # never leave a finished case's entry to be watched
+            path.unlink(missing_ok=True)
 
 
 def _read(path: Path) -> dict | None:
