@@ -33,6 +33,7 @@ from conformance import (
     selection,
     spec_index,
     time_limit,
+    watchdog,
 )
 from conformance import expectations as manifests
 from conformance import model_profile as models
@@ -99,7 +100,8 @@ def pytest_addoption(parser):
         default=None,
         metavar="SECONDS",
         help="per-case time limit: a case still running after SECONDS is stopped and reported as "
-        "'timeout' (needs SIGALRM: Unix, main thread); default 300 for the suite's cases (3000 under "
+        "'timeout' (needs SIGALRM: Unix, main thread; a hang in native code is ended from outside "
+        "the worker under xdist only); default 300 for the suite's cases (3000 under "
         "opconform-thorough, none under opconform-debug or --pdb); 0: none; a finite number >= 0",
     )
     group.addoption(
@@ -153,6 +155,8 @@ def pytest_configure(config):
     # Inert until the suite's items run: an xdist controller, which collects nothing, streams too.
     config.pluginmanager.register(fast_verdict.FastVerdict(config), "opconform-fast-verdict")
     config.pluginmanager.register(levels.Levels(), "opconform-levels")  # inert without SHOULD failures
+    if not hasattr(config, "workerinput"):  # xdist's controller, or a run without xdist
+        config.pluginmanager.register(watchdog.Supervisor(config), "opconform-supervisor")
     if activation.requested(config):
         activate(config)
 
@@ -178,6 +182,7 @@ def activate(config) -> None:
     scope = profiles.SuiteProfile(loaded, activation.is_suite_module)
     config.pluginmanager.register(scope, "opconform-profile")
     config.pluginmanager.register(time_limit.TimeLimit(config, profile), "opconform-time-limit")
+    watchdog.activate(config)  # a worker's side files for the watchdog
     exit_gc.register(config)
     run = activation.State(selection.backends(config), selection.devices(config), profile=profile)
     run.loaded_profile = loaded

@@ -189,9 +189,10 @@ def merge_collected(mine: dict, sent: dict) -> dict:
 
 
 def crash_facts(case: Case, tests: dict) -> None:
-    """Fill in the level (MUST: a crash ends the run), op and clauses of a crashed case (the dead
-    worker sent none of its facts) from what the other workers collected of its test function: its
-    clauses, and its op (one of the function's ops, picked by the op id among its parameters)."""
+    """Fill in the level (MUST: a crash or a timeout stalls or ends the run), and the op and clauses
+    of a case whose worker died before its call (no side file: conformance.crash_record) from what
+    the other workers collected of its test function: its clauses, and its op (one of the
+    function's ops, picked by the op id among its parameters)."""
     function, _, params = case.nodeid.partition("[")
     test, case.level = tests.get(function), spec_index.MUST
     if test is None or case.clauses:
@@ -210,25 +211,6 @@ class ResultsRecorder:
         self.run = state(config)  # registered once the plugin is active, so never None
         self.results: list[Case] = []
         self.started = time.time()
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem, report, sched):
-        """A pytest-xdist worker died running ``crashitem``: record it as a ``crash`` (its backend
-        and device from the test id's ``[backend-device...]`` parameters; the facts the worker
-        would have sent are lost with it, and ``document`` fills in its op and clauses from what
-        the other workers collected, ``crash_facts``)."""
-        params = crashitem.rpartition("[")[2]
-        info = {**dict.fromkeys(("backend", "device", "op", "dtype")), "clauses": [], "expectations": []}
-        for backend in sorted((b.name for b in self.run.backends), key=len, reverse=True):
-            device = next((d for d in self.run.devices if params.startswith(f"{backend}-{d}")), None)
-            if device:
-                info.update(backend=backend, device=device)
-                break
-        report.user_properties = [
-            *report.user_properties,
-            (INFO, info),
-            (CASE, {"outcome": Outcome.CRASH.value}),
-        ]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error):
@@ -280,12 +262,9 @@ class ResultsRecorder:
                 case.outcome = Outcome.NOT_IMPLEMENTED
         elif report.failed:
             # The verdict (results version 3); pytest's text only where no record was taken.
+            # A dead worker's case has its record from conformance.crash_record.
             case.message = case.failure.message if case.failure else report.longreprtext[-4000:]
-            if case.outcome is Outcome.CRASH:  # the error is xdist's last line: "worker 'gw1' crashed ..."
-                error = case.message.strip().splitlines()[-1] if case.message.strip() else None
-                case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), error=error)
-                case.message = case.failure.message = error
-            elif case.failure is None:  # a setup or teardown error: its E lines, not the traceback
+            if case.failure is None:  # a setup or teardown error: its E lines, not the traceback
                 case.message = failure_record.legacy_message(case.message)
                 case.failure = Failure(rerun=rerun.for_item(self.config, report.nodeid), message=case.message)
         self.results.append(case)
@@ -369,7 +348,7 @@ class ResultsRecorder:
         expectations = self.expectation_status()
         tests = (self.run.collected or {}).get("tests", {})
         for case in self.results:
-            if case.outcome is Outcome.CRASH:
+            if case.outcome in (Outcome.CRASH, Outcome.TIMEOUT):
                 crash_facts(case, tests)
         return model_profile.annotate(self.config, results.Document(
             meta={

@@ -5,7 +5,9 @@ Registered as a plugin when the suite activates. The limit is ``--opconform-time
 error), else the suite's default for its profile (``DEFAULT_SECONDS``), for the suite's own
 cases only: a user's tests collected in the same session, and a run under ``--pdb`` or the
 ``opconform-debug`` profile (someone at a prompt), get none. SIGALRM stops the case, so the limit
-needs Unix and the main thread; elsewhere cases run unlimited.
+needs Unix and the main thread; elsewhere cases run unlimited. SIGALRM takes effect only when the
+case's thread runs Python: a hang in native code is ended from outside the worker, in a
+distributed run, by ``conformance.watchdog``.
 """
 
 from __future__ import annotations
@@ -41,16 +43,19 @@ class TimeLimit:
         self.profile = profile
         self.debugging = bool(config.getoption("usepdb", False))
 
+    def limit_of(self, item, *, suite_case: bool | None = None) -> float | None:
+        """``item``'s limit in seconds (None: none); ``suite_case`` overrides whether it is the suite's."""
+        if suite_case is None:
+            suite_case = activation.is_suite_module(item.path)
+        return case_time_limit(
+            given=self.given, profile=self.profile, suite_case=suite_case, debugging=self.debugging
+        )
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
         """Stop a case past its limit with ``recorder.CaseTimeout`` (a BaseException, so Hypothesis
         does not shrink it as a failing example)."""
-        limit = case_time_limit(
-            given=self.given,
-            profile=self.profile,
-            suite_case=activation.is_suite_module(item.path),
-            debugging=self.debugging,
-        )
+        limit = self.limit_of(item)
         if (
             not limit
             or not hasattr(signal, "setitimer")
