@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["FAMILIES", "GIB", "SHAPE_SETS", "Case", "Target"]
+__all__ = ["FAMILIES", "GIB", "SHAPE_SETS", "Case", "RelativeTarget", "Target"]
 
 # family -> (oracle module, oracle attribute for an op when it differs from the op name)
 FAMILIES: dict[str, str] = {
@@ -36,6 +36,16 @@ class Target:
 
 
 @dataclass(frozen=True)
+class RelativeTarget:
+    """The oracle at the full shape costs at most ``ratio`` x the median time and the peak memory it
+    costs on case ``baseline`` (same device, same run): a cost that must not grow with a size the
+    case adds, e.g. the same keys read from a larger pool (docs/performance.md)."""
+
+    baseline: str
+    ratio: float
+
+
+@dataclass(frozen=True)
 class Case:
     """One op at one shape. ``params`` holds the shape actually run (full or quick)."""
 
@@ -49,6 +59,7 @@ class Case:
     oracle_attr: str | None = None
     peer: str | None = None
     target: Target | None = None
+    relative_target: RelativeTarget | None = None
     shape_set: str = "full"
     quick_params: dict = field(default_factory=dict, repr=False)
 

@@ -37,6 +37,7 @@ from benchmarks.case_types import FAMILIES, GIB, SHAPE_SETS, Case, Target
 from benchmarks.kv_cache_cases import KV_CACHE_CASES
 from benchmarks.moe_cases import MOE_CASES
 from benchmarks.norm_cases import NORM_CASES
+from benchmarks.pool_read_cases import POOL_READ_CASES
 from benchmarks.rope_cases import ROPE_CASES
 from benchmarks.serving_cases import SERVING_CASES
 
@@ -311,6 +312,7 @@ CASES: tuple[Case, ...] = (
     + MOE_CASES
     + ROPE_CASES
     + KV_CACHE_CASES
+    + POOL_READ_CASES
 )
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "dequantized_caches",
     "is_fp8",
     "quantize",
+    "read_scales",
     "validate_scale",
     "validate_slots",
     "validate_write_args",
@@ -147,24 +148,35 @@ def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.to(torch.float64) * scale.to(q.device, torch.float64)[:, None]
 
 
-def dequantized_caches(k_cache, v_cache, k_scale, v_scale, dtype: torch.dtype):
-    """KV-FP8-READ for paged_attention: (k_cache, v_cache) unchanged when neither is fp8 (then both
-    scales must be None), else both dequantized into ``dtype`` (float64 for the oracle; a backend
-    passes its compute dtype). The caches' shapes are SERVE's, validated by the caller."""
-    fp8 = [t is not None and isinstance(t, torch.Tensor) and is_fp8(t.dtype) for t in (k_cache, v_cache)]
+def read_scales(k_cache, v_cache, k_scale, v_scale):
+    """KV-FP8-READ's checks for paged_attention, without reading the caches: None when neither cache
+    is fp8 (then both scales must be None), else (k_scale, v_scale) as float32 [Hkv] after checking
+    that both caches are 4-D fp8 tensors of one dtype. The caches' shapes are SERVE's, validated by
+    the caller."""
+    fp8 = [isinstance(t, torch.Tensor) and is_fp8(t.dtype) for t in (k_cache, v_cache)]
     if not any(fp8):
         validate_scale(k_scale, "k_scale", getattr(k_cache, "dtype", None), 0, "k_cache")
         validate_scale(v_scale, "v_scale", getattr(v_cache, "dtype", None), 0, "v_cache")
-        return k_cache, v_cache
-    if k_cache.dtype != v_cache.dtype:
-        raise ValueError(f"v_cache must have k_cache's dtype {k_cache.dtype}, got {v_cache.dtype}")
+        return None
+    if not all(fp8) or k_cache.dtype != v_cache.dtype:
+        dtypes = [getattr(t, "dtype", type(t).__name__) for t in (k_cache, v_cache)]
+        raise ValueError(f"v_cache must have k_cache's dtype {dtypes[0]}, got {dtypes[1]}")
     if k_cache.dim() != 4 or v_cache.dim() != 4:
         shapes = f"{tuple(k_cache.shape)}, {tuple(v_cache.shape)}"
         raise ValueError(f"k_cache and v_cache must be 4-D, got {shapes}")
-    heads = k_cache.shape[2]
-    k_scale = validate_scale(k_scale, "k_scale", k_cache.dtype, heads, "k_cache")
+    k_scale = validate_scale(k_scale, "k_scale", k_cache.dtype, k_cache.shape[2], "k_cache")
     v_scale = validate_scale(v_scale, "v_scale", v_cache.dtype, v_cache.shape[2], "v_cache")
-    return tuple(dequantize(c, s).to(dtype) for c, s in ((k_cache, k_scale), (v_cache, v_scale)))
+    return k_scale, v_scale
+
+
+def dequantized_caches(k_cache, v_cache, k_scale, v_scale, dtype: torch.dtype):
+    """KV-FP8-READ for a backend's paged_attention: (k_cache, v_cache) unchanged when neither is fp8
+    (then both scales must be None), else both whole caches dequantized into ``dtype`` (a backend's
+    compute dtype; the oracle dequantizes only the blocks it reads, reference.serving)."""
+    scales = read_scales(k_cache, v_cache, k_scale, v_scale)
+    if scales is None:
+        return k_cache, v_cache
+    return tuple(dequantize(c, s).to(dtype) for c, s in zip((k_cache, v_cache), scales, strict=True))
 
 
 def _store(cache: torch.Tensor, tokens: torch.Tensor, slots: torch.Tensor, scale) -> None:

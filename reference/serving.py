@@ -1,7 +1,8 @@
 """Oracle for serving attention (SERVE and its clauses, SERVE-*).
 
 Float64 per sequence: a sequence reads only the blocks that hold the keys some of its queries
-may see (positions ``e_b .. L_b - 1``, SERVE-EVICT), upcast just those, and works in blocks of
+may see (positions ``e_b .. L_b - 1``, SERVE-EVICT), upcasts just those (fp8 caches: dequantizes
+just those, KV-FP8-READ), so a call costs the keys it reads, never the pool. It works in blocks of
 query rows, each reading only the key span its rows can see: one matmul per kv head with its GQA
 group's rows batched, the mask applied only where it can bite (the causal diagonal, the window's
 left edge), the softmax's exp in place and its division applied to P @ V. Peak extra memory: the
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from reference.attention import masked_values_product, require_scale
-from reference.kv_cache import dequantized_caches
+from reference.kv_cache import is_fp8, read_scales
 from reference.masks import require_window
 from reference.serving_windows import (
     accepted_layer_windows,
@@ -126,7 +127,10 @@ def validate_paged_args(
     require_float_tensor(q, "q", 3)
     require_float_tensor(k_cache, "k_cache", 4)
     require_float_tensor(v_cache, "v_cache", 4)
-    require_same_dtype("q", q.dtype, k_cache=k_cache, v_cache=v_cache)
+    if is_fp8(k_cache.dtype):  # KV-FP8-READ: fp8 caches of one dtype, read with their scales
+        require_same_dtype("k_cache", k_cache.dtype, v_cache=v_cache)
+    else:
+        require_same_dtype("q", q.dtype, k_cache=k_cache, v_cache=v_cache)
     tokens, q_heads, head_dim = q.shape
     num_blocks, block_size, kv_heads, _ = k_cache.shape
     if tuple(v_cache.shape[:3]) != tuple(k_cache.shape[:3]):
@@ -207,16 +211,24 @@ def sink_softmax(scores: torch.Tensor, allowed: torch.Tensor, sinks: torch.Tenso
 
 
 def _gather(
-    cache: torch.Tensor, table: tuple[int, ...], block_size: int, start: int, stop: int, buffer: torch.Tensor
+    cache: torch.Tensor,
+    scale: torch.Tensor | None,
+    table: tuple[int, ...],
+    block_size: int,
+    start: int,
+    stop: int,
+    buffer: torch.Tensor,
 ) -> torch.Tensor:
     """Positions start..stop-1 of one sequence as float64 [Hkv, stop - start, D] in ``buffer``'s
-    memory: only the blocks holding them are read, and upcast straight into that one copy."""
+    memory: only the blocks holding them are read, and upcast straight into that one copy; an fp8
+    cache's values are then multiplied by their float32 ``scale`` [Hkv] (KV-FP8-READ: exact)."""
     first, last = start // block_size, (stop - 1) // block_size
     ids = torch.tensor(table[first : last + 1], dtype=torch.long, device=cache.device)
     offset = start - first * block_size
     rows = cache.detach()[ids].flatten(0, 1)[offset : offset + stop - start]
     out = buffer[: rows.numel()].view(rows.shape[1], rows.shape[0], rows.shape[2])
-    return out.copy_(rows.transpose(0, 1))
+    out.copy_(rows.transpose(0, 1))
+    return out if scale is None else out.mul_(scale.to(out.device, torch.float64)[:, None, None])
 
 
 def _mask_bands(scores: torch.Tensor, first_row: int, lo: int, window: int | None) -> None:
@@ -270,11 +282,11 @@ def paged_attention(
     q [T, Hq, Dqk] (packed THD), k_cache [num_blocks, block_size, Hkv, Dqk], v_cache [..., Dv]
     (one dtype with q); block_table [B, max_blocks], cu_seqlens_q [B + 1], seq_lens [B] integer
     tensors (the queries are each sequence's LAST positions); sinks None or [Hq]; ``scale`` explicit.
-    fp8 caches (KV-FP8-READ) are read as value * k_scale / v_scale, exactly.
+    fp8 caches (KV-FP8-READ) are read as value * k_scale / v_scale, exactly: only the blocks each
+    sequence reads are dequantized, as they are gathered.
     """
-    plain = (k_cache, v_cache)
-    k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, torch.float64)
-    if k_cache is not plain[0] and isinstance(q, torch.Tensor) and q.is_floating_point():
+    k_scale, v_scale = read_scales(k_cache, v_cache, k_scale, v_scale) or (None, None)  # None: not fp8
+    if k_scale is not None and isinstance(q, torch.Tensor) and q.is_floating_point():
         q = q.double()  # KV-FP8-READ: the oracle computes in float64 from q's exact values anyway
     meta = validate_paged_args(
         q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
@@ -293,8 +305,8 @@ def paged_attention(
     value_buffer = q.new_empty(max(spans) * kv_heads * v_cache.shape[3], dtype=torch.float64)
     for b, rows_per_block in enumerate(blocks):
         first_key, table, length = meta.first_visible(b), meta.block_tables[b], meta.seq_lens[b]
-        keys = _gather(k_cache, table, meta.block_size, first_key, length, key_buffer)
-        values = _gather(v_cache, table, meta.block_size, first_key, length, value_buffer)
+        keys = _gather(k_cache, k_scale, table, meta.block_size, first_key, length, key_buffer)
+        values = _gather(v_cache, v_scale, table, meta.block_size, first_key, length, value_buffer)
         for r0 in range(0, meta.query_len(b), rows_per_block):
             r1 = min(meta.query_len(b), r0 + rows_per_block)
             start = meta.query_starts[b]

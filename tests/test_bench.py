@@ -48,6 +48,7 @@ TOP_FIELDS = {
     "cases",
     "results",
     "targets",
+    "relative_targets",
     "chart",
 }
 
@@ -292,3 +293,72 @@ def test_capture_overhead_benchmark_rejects_non_positive_options(option, capsys)
         capture_overhead.main([option, "0"])
     assert exit_.value.code == 2
     assert f"argument {option}: expected a positive int, got '0'" in capsys.readouterr().err
+
+
+def test_relative_targets_verdicts():
+    """A relative target is met only when both time and peak are within its ratio of the baseline's;
+    --quick marks it not evaluated, and a missing baseline row is not-run, never met."""
+    case = bench_cases.get_case("paged_attention/target-read-8x4096-pool1M-fp8")
+    base = case.relative_target.baseline
+
+    def rows(seconds, peak):
+        make = lambda name, s, p: {"case": name, "impl": "oracle", "device": "cpu", "status": "ok",  # noqa: E731
+                                   "median_s": s, "peak_bytes": p}  # fmt: skip
+        return [make(base, 2.0, 100), make(case.id, seconds, peak)]
+
+    verdicts = [bench.evaluate_relative_targets(rows(s, p), [case], "full")[0]["verdict"]
+                for s, p in ((2.9, 150), (3.1, 100), (2.0, 151))]  # fmt: skip
+    assert verdicts == ["met", "missed", "missed"]
+    entry = bench.evaluate_relative_targets(rows(2.2, 110), [case], "quick")[0]
+    assert (entry["verdict"], entry["time_ratio"], entry["peak_ratio"]) == ("not-evaluated", 1.1, 1.1)
+    assert bench.evaluate_relative_targets(rows(1.0, 1)[1:], [case], "full")[0]["verdict"] == "not-run"
+
+
+def test_a_relative_target_brings_its_baseline_case():
+    """--case naming only the 1M-slot pool reads also runs the small pools they are measured against."""
+    chosen = [c.id for c in bench.select_cases("full", ["pool1M"])]
+    assert chosen == [
+        "paged_attention/read-8x4096-pool32k",
+        "paged_attention/target-read-8x4096-pool1M",
+        "paged_attention/read-8x4096-pool32k-fp8",
+        "paged_attention/target-read-8x4096-pool1M-fp8",
+    ]
+
+
+def test_pool_read_cases_read_the_same_keys_from_both_pools():
+    """The pair reads 8 x 4096 keys from a pool of exactly those slots and from a 1M-slot pool, and
+    at the quick shape both pools give the same call but for where the blocks lie."""
+    for fp8 in ("", "-fp8"):
+        small = bench_cases.get_case(f"paged_attention/read-8x4096-pool32k{fp8}")
+        large = bench_cases.get_case(f"paged_attention/target-read-8x4096-pool1M{fp8}")
+        assert large.relative_target.baseline == small.id and large.relative_target.ratio == 1.5
+        p, q = small.params, large.params
+        assert p["blocks"] * p["block_size"] == p["batch"] * p["keys"] == 8 * 4096
+        assert q["blocks"] * q["block_size"] == 1 << 20 and {**q, "blocks": 0} == {**p, "blocks": 0}
+        calls = [c.make_inputs(c.quick_params, torch.device("cpu"), torch.float32) for c in (small, large)]
+        (_, k_small, _), kw_small = calls[0]
+        (_, k_large, _), kw_large = calls[1]
+        assert k_large.shape[0] > k_small.shape[0] == small.quick_params["blocks"]
+        assert k_small.dtype == (torch.float8_e4m3fn if fp8 else torch.float32)
+        assert sorted(kw_small["block_table"].flatten().tolist()) == list(range(k_small.shape[0]))
+        assert torch.equal(kw_small["seq_lens"], kw_large["seq_lens"])
+
+
+def test_quick_run_prints_the_relative_targets(tmp_path, capsys):
+    """The pool-read cases' relative targets are printed after the table, with both cases' figures."""
+    argv = [
+        "bench",
+        "--quick",
+        "--case",
+        "pool1M",
+        "--backend",
+        "oracle",
+        "--no-chart",
+        "--out",
+        str(tmp_path),
+    ]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    block = out.split("Relative oracle targets")[1]
+    assert block.count("over paged_attention/read-8x4096-pool32k") == 2
+    assert block.count("target <= 1.5x: not-evaluated (targets apply to the full shapes, not --quick)") == 2

@@ -168,9 +168,52 @@ def evaluate_targets(results: list[dict], selected: list[bench_cases.Case], shap
     return out
 
 
+def evaluate_relative_targets(
+    results: list[dict], selected: list[bench_cases.Case], shape_set: str
+) -> list[dict]:
+    """The oracle's time and peak on a case over those on its relative target's baseline case, per device."""
+    oracle = {(r["case"], r["device"]): r for r in results if r["impl"] == ORACLE}
+    out = []
+    for case in selected:
+        if case.relative_target is None:
+            continue
+        baseline, limit = case.relative_target.baseline, case.relative_target.ratio
+        for device in dict.fromkeys(r["device"] for r in results if r["case"] == case.id) or [None]:
+            row, base = oracle.get((case.id, device), {}), oracle.get((baseline, device), {})
+            entry = {
+                "case": case.id,
+                "baseline": baseline,
+                "device": device,
+                "target_ratio": limit,
+                "measured_s": row.get("median_s"),
+                "baseline_s": base.get("median_s"),
+                "measured_peak_bytes": row.get("peak_bytes"),
+                "baseline_peak_bytes": base.get("peak_bytes"),
+            }
+            entry["time_ratio"] = _ratio(entry["measured_s"], entry["baseline_s"])
+            entry["peak_ratio"] = _ratio(entry["measured_peak_bytes"], entry["baseline_peak_bytes"])
+            if shape_set != "full":
+                entry["verdict"], entry["reason"] = (
+                    "not-evaluated",
+                    "targets apply to the full shapes, not --quick",
+                )
+            elif row.get("status") != "ok" or base.get("status") != "ok":
+                entry["verdict"], entry["reason"] = "not-run", "the oracle did not run on both cases"
+            elif entry["time_ratio"] is None or entry["peak_ratio"] is None:
+                entry["verdict"], entry["reason"] = "not-evaluated", "the baseline measured 0 time or memory"
+            else:
+                entry["verdict"] = (
+                    "met" if max(entry["time_ratio"], entry["peak_ratio"]) <= limit else "missed"
+                )
+            out.append(entry)
+    return out
+
+
 def select_cases(shape_set: str, patterns: Sequence[str]) -> list[bench_cases.Case]:
-    """Cases whose id contains a pattern (all without patterns; at --quick, the first case of each op)."""
-    chosen = bench_cases.cases(shape_set)
+    """Cases whose id contains a pattern (all without patterns; at --quick, the first case of each op),
+    each with the baseline case of its relative target."""
+    every = bench_cases.cases(shape_set)
+    chosen = every
     if shape_set == "quick" and not patterns:
         chosen = list({c.op: c for c in reversed(chosen)}.values())[::-1]
     if patterns:
@@ -180,7 +223,8 @@ def select_cases(shape_set: str, patterns: Sequence[str]) -> list[bench_cases.Ca
                 f"--case: no case id contains any of {list(patterns)}; "
                 f"known: {[c.id for c in bench_cases.CASES]}"
             )
-    return chosen
+    wanted = {c.id for c in chosen} | {c.relative_target.baseline for c in chosen if c.relative_target}
+    return [c for c in every if c.id in wanted]
 
 
 def run_bench(
@@ -265,6 +309,7 @@ def run_bench(
         ],
         "results": results,
         "targets": evaluate_targets(results, selected, shape_set),
+        "relative_targets": evaluate_relative_targets(results, selected, shape_set),
     }
 
 

@@ -104,6 +104,20 @@ def format_targets(document: dict) -> str:
     return "\n".join(lines)
 
 
+def format_relative_targets(document: dict) -> str:
+    """One line per relative target: the oracle's time and peak over its baseline case's."""
+    if not document.get("relative_targets"):
+        return ""
+    lines = ["Relative oracle targets (docs/performance.md): time and peak over the baseline case's"]
+    for t in document["relative_targets"]:
+        verdict = t["verdict"] + (f" ({t['reason']})" if t.get("reason") else "")
+        time = f"time {_seconds(t['measured_s'])} / {_seconds(t['baseline_s'])} = {_times(t['time_ratio'])}"
+        peak = f"peak {_bytes(t['measured_peak_bytes'])} / {_bytes(t['baseline_peak_bytes'])}"
+        lines.append(f"  {t['case']} [{t['device']}] over {t['baseline']}:\n    {time}, {peak} = "
+                     f"{_times(t['peak_ratio'])}; target <= {t['target_ratio']:g}x: {verdict}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def write_chart(document: dict, path: str) -> str | None:
     """A PNG of the ratios (log scale), one panel per ratio kind; returns why not, when it cannot."""
     try:

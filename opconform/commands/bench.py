@@ -21,6 +21,7 @@ from conformance.options import positive
 from opconform.bench.orchestrate import DTYPES, BenchUsageError, run_bench
 from opconform.bench.output import (
     format_case_list,
+    format_relative_targets,
     format_table,
     format_targets,
     format_warnings,
@@ -138,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     json_path = args.json or os.path.join(out, "opconform-bench.json")
     chart_path = args.chart or os.path.join(out, "opconform-bench.png")
     print(format_table(document))
-    for block in (format_warnings(document), format_targets(document)):
+    for block in (format_warnings(document), format_targets(document), format_relative_targets(document)):
         if block:
             print("\n" + block)
     document["chart"] = None
