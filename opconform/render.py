@@ -25,7 +25,8 @@ LEGEND = (
     "field does not promise: counted apart, failing the run only with --strict); TIMEOUT: ran past the "
     "per-case time limit; CRASH: the process running it died; xfail: fails as a manifest declares; "
     "XPASS: passes although a manifest declares a failure (remove the entry); skip: skipped "
-    "(reason in the report); n/i: the backend does not implement the op; -: not run"
+    "(reason in the report); n/i: the backend does not implement the op; -: not run; n/m: n of the m "
+    "cases that ran to a verdict, the n/i and skipped ones in parentheses"
 )
 RULE_LEGEND = (
     "rule: a clause that is a rule of the suite itself (e.g. the tolerance table), applied by every case"
@@ -53,11 +54,12 @@ def omitted_line(omitted: int) -> list[str]:
 def _cell_text(cell: rep.Cell | None) -> str:
     if cell is None:
         return "-"
-    counts = cell.counts
-    state = cell.state
-    return SHORT[state] + (
-        f" {counts[state]}/{sum(counts.values())}" if state in (*rep.ANY_BROKEN, rep.EXPECTED) else ""
-    )
+    counts, state = cell.counts, cell.state
+    if state not in (*rep.ANY_BROKEN, rep.EXPECTED):
+        return SHORT[state]
+    # n of the m cases that ran to a verdict; n/i and skipped ones apart (they were in m: 4/46 for 4/4)
+    apart = ", ".join(f"{counts[s]} {SHORT[s]}" for s in rep.UNJUDGED if counts[s])
+    return f"{SHORT[state]} {counts[state]}/{cell.judged}" + (f" ({apart})" if apart else "")
 
 
 def _summary_line(column: str, counts) -> str:
