@@ -25,11 +25,13 @@ import conformance.signatures as signatures
 from conformance import (
     activation,
     failfast,
+    failure_capture,
     levels,
     options,
     profiles,
     recorder,
     rerun,
+    returns,
     selection,
     spec_index,
     time_limit,
@@ -213,14 +215,16 @@ def activate(config) -> None:
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_call(item):
     """A case of an op whose signature misses its protocol fails with that one line, unrun; a case a
-    manifest declares failing runs unshrunk (conformance.expectations.unshrunk)."""
+    manifest declares failing runs unshrunk (conformance.expectations.unshrunk); an op returning None
+    fails as that (conformance.returns)."""
     signatures.fail_mismatched(item)
     info = dict(item.user_properties).get(recorder.INFO) if state(item.config) is not None else None
     # Setup listed the entries that may apply (case_info): most cases have none, and match no entry again.
     declared = bool(info and info["expectations"]) and any(
         e.reason != "unsupported" for e in recorder.matching(item.config, item.nodeid, info, "yes")
     )
-    with manifests.unshrunk(getattr(item, "obj", None), declared):
+    backend = activation.backend_of(item) if info is not None else None
+    with manifests.unshrunk(getattr(item, "obj", None), declared), returns.checked(item, backend):
         return (yield)
 
 
@@ -341,6 +345,7 @@ def pytest_runtest_makereport(item, call):
         return report
     if call.when == "call" and not report.skipped and recorder.INFO in dict(item.user_properties):
         recorder.record_call(item, call, report)
+    failure_capture.readable_skip(item, report, activation.backend_of(item))
     failfast.note(item.config, activation.backend_of(item), report)
     return report
 

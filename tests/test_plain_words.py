@@ -3,7 +3,10 @@ backend op returning None, and the skip list, each named without the suite's own
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from suite_runner import run_suite
 
 from conformance import selection
 
@@ -43,3 +46,44 @@ def test_a_missing_file_and_a_relative_module_name_are_one_line(tmp_path, monkey
         selection.backends(_Config(backend_module=["sub/nothere.py"]))
     with pytest.raises(pytest.UsageError, match=r"\.acme: a relative module name; give its full dotted name"):
         selection.backends(_Config(backend_module=[".acme"]))
+
+
+RETURNS_NONE = """
+class ReturnsNone:
+    name = "returns-none"
+
+    def unavailable(self, device):
+        return None if device.type == "cpu" else "cpu only"
+
+    def rms_norm(self, x, weight, *, eps):
+        return None
+
+
+BACKEND = ReturnsNone()
+"""
+
+
+def test_a_none_return_and_the_skip_list_say_what_the_backend_did(tmp_path):
+    """A backend returning None failed NORM-DTYPE with the suite's own `AttributeError: 'NoneType'
+    object has no attribute 'dtype'`, and -ra listed each skip under the suite's `conformance/plugin.py:377`:
+    the failure names the op that returned None, the skip list the backend@device."""
+    (tmp_path / "returns_none.py").write_text(RETURNS_NONE)
+    document = run_suite(
+        tmp_path, paths=["conformance/test_norms.py"], modules=["returns_none"], pythonpath=[tmp_path],
+        extra=["-k", "output_dtype_and_float32 or should_reject_bad_input", "-ra", "--device=cpu"],
+    )  # fmt: skip
+    failed = [r for r in document["results"] if r["outcome"] == "failed"]
+    assert failed and all(r["failure"]["clause"] == "NORM-DTYPE" for r in failed), failed
+    for case in failed:
+        message = case["failure"]["message"]
+        assert message.startswith(
+            "[NORM-DTYPE] rms_norm on backend 'returns-none' @ cpu: rms_norm returned None;"
+        )
+        assert "NormOps.rms_norm returns torch.Tensor" in message and "NoneType" not in message, message
+    should = [r for r in document["results"] if r["outcome"] == "failed (SHOULD)"]
+    assert should and all("accepted bad input" in r["failure"]["message"] for r in should)
+    skipped = [line for line in document["stdout"].splitlines() if line.startswith("SKIPPED")]
+    assert skipped and all(
+        re.match(r"SKIPPED \[\d+\] returns-none@cpu: not implemented: ", s) for s in skipped
+    )
+    assert not any("conformance" in line for line in skipped), skipped
