@@ -31,3 +31,24 @@ def test_cell_counts_only_the_cases_that_ran():
     assert "FAIL 1/2" in text and "FAIL 1/2 (" not in text, text
     assert "| ACT-ERRORS | - | should-fail 4/4 (40 n/i, 2 skip) |" in render.markdown(document)
     assert ">should-fail 4/4 (40 n/i, 2 skip)<" in render.html_page(document)
+
+
+def test_report_files_open_with_the_failures_root_cause_first():
+    """report.md and report.html opened with the summary and the matrix while the README said the
+    report opens with the root causes: the files now open with the MUST failures by root cause, then
+    the SHOULD ones, then the summary and matrix; the terminal keeps them last, in view."""
+    cases = [_case("t.py::e[acme-cpu]", "failed (SHOULD)"),
+             _case("t.py::g[acme-cpu]", "failed", clauses=("ACT-GEGLU",), level="MUST",
+                   failure={"clause": "ACT-GEGLU", "message": "[ACT-GEGLU] got 2, expected 1"})]  # fmt: skip
+    document = _document(cases)
+    md = render.markdown(document)
+    assert md.index("## MUST failures (1)") < md.index("## SHOULD failures (1)") < md.index("## Summary")
+    assert md.index("## Summary") < md.index("## Matrix")
+    page = render.html_page(document)
+    assert (
+        page.index("MUST failures, by root cause (1)")
+        < page.index("SHOULD failures")
+        < page.index(">Summary<")
+    )
+    text = render.text(document)
+    assert text.index("opconform summary") < text.index("MUST failures (1)")
