@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 from importlib import metadata
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -145,7 +146,27 @@ def import_attr(spec: str, default_attr: str = "BACKEND"):
 
 def load_backend_module(spec: str) -> list[Backend]:
     """Load the backends named by ``MODULE[:ATTR]`` (ATTR defaults to ``BACKEND``)."""
+    hint = file_path_hint(spec)
+    if hint:
+        raise BackendError(hint)
     return _as_backends(import_attr(spec), f"--backend-module {spec}")
+
+
+def file_path_hint(spec: str) -> str | None:
+    """The one line for a spec that names a file (``path/to/acme.py``, ``./acme``): which module name
+    and folder to give instead (importlib's answer was a relative-import TypeError); else None."""
+    module, sep, attr = spec.partition(":")
+    if not (module.endswith(".py") or "/" in module or "\\" in module):
+        if module.startswith("."):
+            return f"--backend-module {spec}: a relative module name; give its full dotted name"
+        return None
+    path = Path(module if module.endswith(".py") else module + ".py").resolve()
+    missing = "" if path.is_file() else f" (there is no {path})"
+    folder = path.parent
+    return (
+        f"--backend-module {spec}: expected a module name, not a file path{missing}: give "
+        f"--backend-module {path.stem}{sep}{attr} and run from {folder} (or set PYTHONPATH={folder})"
+    )
 
 
 def builtin_backends() -> list[Backend]:

@@ -125,3 +125,16 @@ def display_nodeid(nodeid: str, location_path: str | None) -> str:
     if nodeid.startswith("::") and location_path:
         return Path(location_path).name + nodeid
     return nodeid
+
+
+def readable_skip(item, report, backend) -> None:
+    """A skipped case of ``backend`` is listed by pytest's ``-rs`` as ``SKIPPED [N] mine@cpu: reason``,
+    not under the suite file and line that called ``pytest.skip`` (``.../conformance/plugin.py:377``,
+    the same for every reason); an expected failure (``wasxfail``) is left to pytest's ``-rx``."""
+    longrepr = report.longrepr
+    if backend is None or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        device = getattr(getattr(getattr(item, "callspec", None), "params", {}).get("device"), "type", None)
+        where = f"{backend.name}@{device}" if isinstance(device, str) else backend.name
+        report.longrepr = (where, None, longrepr[2])

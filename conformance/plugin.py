@@ -25,11 +25,13 @@ import conformance.signatures as signatures
 from conformance import (
     activation,
     failfast,
+    failure_capture,
     levels,
     options,
     profiles,
     recorder,
     rerun,
+    returns,
     selection,
     spec_index,
     time_limit,
@@ -219,7 +221,7 @@ def activate(config) -> None:
 def pytest_runtest_call(item):
     """A case of an op whose signature misses its protocol fails with that one line, unrun; a case a
     manifest declares failing runs unshrunk, and a built-in peer's draws its share of the examples
-    (conformance.profiles.adjusted)."""
+    (conformance.profiles.adjusted); an op returning None fails as that (conformance.returns)."""
     signatures.fail_mismatched(item)
     info = dict(item.user_properties).get(recorder.INFO) if state(item.config) is not None else None
     # Setup listed the entries that may apply (case_info): most cases have none, and match no entry again.
@@ -228,8 +230,9 @@ def pytest_runtest_call(item):
     )
     run = state(item.config)
     backend = activation.backend_of(item) if run is not None else None
-    with profiles.adjusted(getattr(item, "obj", None), unshrunk=declared, peer=is_peer(backend),
-                           profile=run and run.profile):  # fmt: skip
+    adjusted = profiles.adjusted(getattr(item, "obj", None), unshrunk=declared, peer=is_peer(backend),
+                                 profile=run and run.profile)  # fmt: skip
+    with adjusted, returns.checked(item, backend):
         return (yield)
 
 
@@ -363,6 +366,7 @@ def pytest_runtest_makereport(item, call):
         return report
     if call.when == "call" and not report.skipped and recorder.INFO in dict(item.user_properties):
         recorder.record_call(item, call, report)
+    failure_capture.readable_skip(item, report, activation.backend_of(item))
     failfast.note(item.config, activation.backend_of(item), report)
     return report
 

@@ -1,6 +1,6 @@
 """Which backends and devices a run tests: ``--backend``, ``--backend-module`` (its backends are
-selected automatically), the installed entry points, ``--device``; every mistake is one usage
-error naming the option."""
+selected automatically; ``--backend`` picks among them), the installed entry points,
+``--device``; every mistake is one usage error naming the option."""
 
 from __future__ import annotations
 
@@ -50,11 +50,15 @@ def _entry_point_backends() -> list:
 
 
 def backends(config) -> list:
+    """The run's backends: ``--backend``'s names (among the built-in, installed and module backends),
+    and each ``--backend-module``'s backends, only the named ones of a module whose backends
+    ``--backend`` names (it selects among them too), all of one it names none of."""
     registry = _registry()
     names = config.getoption("backend")
     module_specs = config.getoption("backend_module")
     try:
-        from_modules = [b for spec in module_specs for b in _load_module_backends(spec)]
+        modules = [_load_module_backends(spec) for spec in module_specs]
+        from_modules = [b for loaded in modules for b in loaded]
         if not names and from_modules:
             return registry.unique_by_name(from_modules)
         known = registry.unique_by_name(registry.builtin_backends() + _entry_point_backends() + from_modules)
@@ -66,7 +70,8 @@ def backends(config) -> list:
     unknown = [n for n in names if n not in by_name]
     if unknown:
         raise pytest.UsageError(f"--backend: unknown backend(s) {unknown}; known: {sorted(by_name)}")
-    return registry.unique_by_name([by_name[n] for n in names] + from_modules)
+    kept = [b for loaded in modules for b in ([b for b in loaded if b.name in names] or loaded)]
+    return registry.unique_by_name([by_name[n] for n in names] + kept)
 
 
 def devices(config) -> list[str]:

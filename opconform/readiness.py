@@ -12,8 +12,8 @@ from opconform import report as rep
 
 # Verdicts at the MUST level, worst first (SHOULD failures are counted beside the verdict: spec/README.md,
 # Levels); "not implemented" and "no case" say why there is no verdict.
-NOT_IMPLEMENTED, NO_CASE = "n/i", "no case"
-ORDER = (rep.CRASH, rep.TIMEOUT, rep.FAIL, rep.EXPECTED, rep.XPASS, rep.PASS, rep.SKIP)
+NOT_IMPLEMENTED, NO_CASE, UNSUPPORTED = "n/i", "no case", "unsupported"
+BROKEN_ORDER = (rep.CRASH, rep.TIMEOUT, rep.FAIL)
 
 
 def layer_ranges(layers: list[int]) -> str:
@@ -36,25 +36,64 @@ def _params(params: dict) -> str:
     return ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items())
 
 
+def _unsupported(cases: list[dict], entries: dict[str, dict]) -> str | None:
+    """``unsupported: CLAUSE (note)`` for the cases a manifest declares unsupported (skipped, never
+    run): the profile run kept only cases the model relies on, so the op is not ready; else None."""
+    said = []
+    for case in cases:
+        expectation = case.get("expectation") or {}
+        if expectation.get("reason") != UNSUPPORTED or rep.case_state(case) != rep.SKIP:
+            continue
+        entry = entries.get(expectation.get("id"), {})
+        clause = entry.get("clause") or ",".join(case.get("clauses") or []) or "(no clause)"
+        said.append(f"{clause} ({entry.get('note') or expectation.get('id')})")
+    return f"{UNSUPPORTED}: " + "; ".join(dict.fromkeys(said)) if said else None
+
+
+def _unpassed(cases: list[dict]) -> str | None:
+    """``skip: CLAUSE (reason)`` (or ``n/i: ...``) for the first clause none of whose cases ran to a
+    pass: a clause the model relies on that was not checked; else None."""
+    for clause in dict.fromkeys(c for case in cases for c in case.get("clauses") or []):
+        mine = [case for case in cases if clause in (case.get("clauses") or [])]
+        if not any(rep.case_state(case) in (rep.PASS, rep.XPASS, rep.EXPECTED) for case in mine):
+            state = rep.case_state(mine[0])
+            state = NOT_IMPLEMENTED if state == rep.NOT_IMPLEMENTED else state
+            return f"{state}: {clause} ({mine[0].get('reason') or 'no reason given'})"
+    return None
+
+
+def verdict(cases: list[dict], entries: dict[str, dict]) -> str:
+    """The op's MUST verdict: its worst broken case; else what a MUST clause it relies on lacks
+    (declared unsupported, a declared failure, no case run to a pass); else pass. A SHOULD clause's
+    failure is counted beside the verdict, never as it (spec/README.md, Levels)."""
+    must = [c for c in cases if c.get("level") != rep.SHOULD and rep.case_state(c) != rep.SHOULD_FAIL]
+    states = {rep.case_state(c) for c in must}
+    said = next((s for s in BROKEN_ORDER if s in states), None) or _unsupported(must, entries)
+    if said is None and rep.EXPECTED in states:
+        said = rep.EXPECTED
+    said = said or _unpassed(must) or (rep.XPASS if rep.XPASS in states else rep.PASS)
+    should = sum(rep.case_state(c) == rep.SHOULD_FAIL for c in cases)
+    return said + (f" ({should} SHOULD failed)" if should else "")
+
+
 def rows(document: dict, model: str, column: str) -> list[dict]:
     """One row per op of ``model``: op, implemented (yes / n/i / no case), verdict, kinds, layers."""
     entry = (document.get("models") or {}).get(model) or {}
     cases = [r for r in document["results"] if r.get("model") == model and rep.column_of(r) == column]
+    entries = {e.get("id"): e for e in document.get("expectations") or []}
     out = []
     for op in dict.fromkeys(u["op"] for u in entry.get("ops", [])):
         uses = [u for u in entry["ops"] if u["op"] == op]
-        found = [rep.case_state(r) for r in cases if r.get("op") == op]
-        states, should = set(found) - {rep.SHOULD_FAIL}, found.count(rep.SHOULD_FAIL)
-        if not found:
-            implemented, verdict = NO_CASE, NO_CASE
-        elif set(found) == {rep.NOT_IMPLEMENTED}:
-            implemented, verdict = NOT_IMPLEMENTED, NOT_IMPLEMENTED
-        else:  # the MUST verdict; SHOULD failures counted beside it, never as it
-            implemented, verdict = "yes", next((s for s in ORDER if s in states), rep.PASS)
-            verdict += f" ({should} SHOULD failed)" if should else ""
+        mine = [r for r in cases if r.get("op") == op]
+        if not mine:
+            implemented = result = NO_CASE
+        elif all(rep.case_state(r) == rep.NOT_IMPLEMENTED for r in mine):
+            implemented = result = NOT_IMPLEMENTED
+        else:
+            implemented, result = "yes", verdict(mine, entries)
         layers = sorted({layer for u in uses for layer in u.get("layers") or []})
         kinds = "; ".join(f"{u['kind']}: {_params(u.get('params') or {})}".rstrip(": ") for u in uses)
-        out.append({"op": op, "implemented": implemented, "verdict": verdict, "kinds": kinds,
+        out.append({"op": op, "implemented": implemented, "verdict": result, "kinds": kinds,
                     "layers": layer_ranges(layers)})  # fmt: skip
     return out
 

@@ -25,7 +25,8 @@ LEGEND = (
     "field does not promise: counted apart, failing the run only with --strict); TIMEOUT: ran past the "
     "per-case time limit; CRASH: the process running it died; xfail: fails as a manifest declares; "
     "XPASS: passes although a manifest declares a failure (remove the entry); skip: skipped "
-    "(reason in the report); n/i: the backend does not implement the op; -: not run"
+    "(reason in the report); n/i: the backend does not implement the op; -: not run; n/m: n of the m "
+    "cases that ran to a verdict, the n/i and skipped ones in parentheses"
 )
 RULE_LEGEND = (
     "rule: a clause that is a rule of the suite itself (e.g. the tolerance table), applied by every case"
@@ -53,11 +54,12 @@ def omitted_line(omitted: int) -> list[str]:
 def _cell_text(cell: rep.Cell | None) -> str:
     if cell is None:
         return "-"
-    counts = cell.counts
-    state = cell.state
-    return SHORT[state] + (
-        f" {counts[state]}/{sum(counts.values())}" if state in (*rep.ANY_BROKEN, rep.EXPECTED) else ""
-    )
+    counts, state = cell.counts, cell.state
+    if state not in (*rep.ANY_BROKEN, rep.EXPECTED):
+        return SHORT[state]
+    # n of the m cases that ran to a verdict; n/i and skipped ones apart (they were in m: 4/46 for 4/4)
+    apart = ", ".join(f"{counts[s]} {SHORT[s]}" for s in rep.UNJUDGED if counts[s])
+    return f"{SHORT[state]} {counts[state]}/{cell.judged}" + (f" ({apart})" if apart else "")
 
 
 def _summary_line(column: str, counts) -> str:
@@ -99,7 +101,14 @@ def text(document: dict) -> str:
 
 
 def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s, fence=False) -> list[str]:
-    lines = failures.notes(document, bullet=bullet, code=code, fence=fence)
+    return failures.notes(document, bullet=bullet, code=code, fence=fence) + _after_failures(
+        document, matrix, bullet=bullet
+    )
+
+
+def _after_failures(document: dict, matrix: rep.Matrix, *, bullet: str) -> list[str]:
+    """Expectations to update, warnings and the clauses no case checked."""
+    lines = []
     notes = [e for e in document.get("expectations") or [] if e.get("status") in ("stale", "unexpected pass")]
     if notes:
         lines += ["", "Expectations to update:"]
@@ -134,12 +143,15 @@ def markdown(document: dict) -> str:
             f"- {run.get('name', 'run')}: host `{run.get('host')}`, devices {run.get('devices')}, "
             f"torch {run.get('torch')}, profile {run.get('profile')}, created {run.get('created')}"
         )
+    # The failures first, root cause leading: what a reader of the file came for (the terminal
+    # prints them last, where it leaves them in view).
+    lines += failures.notes(document, bullet="- ", code=lambda s: f"`{s}`", fence=True, heading="## ")
+    lines += readiness.markdown_lines(document)
     lines += ["", "## Summary", "", "| backend@device | verdict | " + " | ".join(rep.STATES) + " |"]
     lines.append("|---" * (len(rep.STATES) + 2) + "|")
     for column, counts in rep.backend_summary(document).items():
         verdict = _summary_line(column, counts).partition(": ")[2].partition(" (")[0]
         lines.append(f"| {column} | {verdict} | " + " | ".join(str(counts[s]) for s in rep.STATES) + " |")
-    lines += readiness.markdown_lines(document)
     lines += ["", "## Matrix", "", "| family | clause | level | " + " | ".join(matrix.columns) + " |"]
     lines.append("|---" * (len(matrix.columns) + 3) + "|")
     rows, omitted = matrix_rows(matrix, checked_only=False)
@@ -156,7 +168,7 @@ def markdown(document: dict) -> str:
         level = matrix.levels.get(row, "-")
         lines.append(f"| {matrix.families.get(row, '-')} | {row} | {level} | " + " | ".join(cells) + " |")
     lines += ["", *omitted_line(omitted), f"_{LEGEND}; {RULE_LEGEND}_"]
-    lines += _notes(document, matrix, bullet="- ", code=lambda s: f"`{s}`", fence=True)
+    lines += _after_failures(document, matrix, bullet="- ")
     return "\n".join(lines) + "\n"
 
 
@@ -241,13 +253,15 @@ def html_page(document: dict) -> str:
     if warnings:
         parts.append("<h2>Warnings</h2><ul id='warnings'>")
         parts += [f"<li>{esc(warning)}</li>" for warning in warnings] + ["</ul>"]
+    parts += failures.html_parts(document)  # first, root cause leading (as report.md)
+    parts += readiness.html_parts(document)
     parts.append("<h2>Summary</h2><table id='summary'><tr><th>backend@device</th><th>verdict</th>")
     parts += [f"<th>{esc(s)}</th>" for s in rep.STATES] + ["</tr>"]
     for column, counts in rep.backend_summary(document).items():
         verdict = _summary_line(column, counts).partition(": ")[2].partition(" (")[0]
         parts.append(f"<tr><td>{esc(column)}</td><td>{esc(verdict)}</td>")
         parts.append("".join(f"<td>{counts[s]}</td>" for s in rep.STATES) + "</tr>")
-    parts += ["</table>", *readiness.html_parts(document), "<h2>Matrix</h2><div id='filters'>"]
+    parts += ["</table>", "<h2>Matrix</h2><div id='filters'>"]
     parts += [
         _options("f-family", "family", families),
         _options("f-backend", "backend", backends),
@@ -281,7 +295,6 @@ def html_page(document: dict) -> str:
         parts.append("</tr>")
     legend = " ".join([*omitted_line(omitted), f"{LEGEND}; {RULE_LEGEND}"])
     parts.append(f"</tbody></table><p><small>{esc(legend)}</small></p>")
-    parts += failures.html_parts(document)
     # Other backends' manifests (the built-in ones, in a run of a user's backend) are not listed.
     run_backends = set(document.get("backends") or [])
     entries = [

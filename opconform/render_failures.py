@@ -68,19 +68,20 @@ def _entry(result: dict, *, bullet: str, sub: str, code, fence: bool) -> list[st
     return lines
 
 
-def notes(document: dict, *, bullet: str, code, fence: bool) -> list[str]:
+def notes(document: dict, *, bullet: str, code, fence: bool, heading: str = "") -> list[str]:
     """Every failure once, the real bug first: the MUST failures grouped per backend@device and op
     (``report.causes``), each group's root cause leading; then, apart, the SHOULD failures, one
     verdict line and rerun each. ``bullet`` starts an entry (``"  "``, ``"- "``), ``code`` marks code
-    up, ``fence`` is Markdown."""
+    up, ``fence`` is Markdown, ``heading`` starts each section's title line (``"## "``)."""
     # A group's line, its failures under it, their details under them (Markdown: nested lists).
     entry, sub = ("  - ", "    - ") if fence else (bullet + "  ", bullet + "      ")
     lines = []
     causes = rep.causes(document)
     if causes:
         count = sum(len(c.failures) for c in causes)
-        lines += ["", f"MUST failures ({count}), by root cause: per backend@device and op, the real bug "
-                  "first (a direct clause that pins a mechanism, then the smallest example):"]  # fmt: skip
+        lines += ["", f"{heading}MUST failures ({count}), by root cause: per backend@device and op, the "
+                  "real bug first (a direct clause that pins a mechanism, then the smallest "
+                  "example):"]  # fmt: skip
         for cause in causes:
             lines.append(f"{bullet}{cause_title(cause)}")
             for result in cause.failures:
@@ -88,8 +89,8 @@ def notes(document: dict, *, bullet: str, code, fence: bool) -> list[str]:
     should = rep.causes(document, level=rep.SHOULD)
     if should:
         count = sum(len(c.failures) for c in should)
-        lines += ["", f"SHOULD failures ({count}): robustness the field does not promise (bad input, forms "
-                  "no framework passes); they fail the run only with --strict:"]  # fmt: skip
+        lines += ["", f"{heading}SHOULD failures ({count}): robustness the field does not promise (bad "
+                  "input, forms no framework passes); they fail the run only with --strict:"]  # fmt: skip
         for cause in should:
             lines.append(f"{bullet}{cause_title(cause)}")
             for result in cause.failures:

@@ -32,6 +32,8 @@ STATES = (CRASH, TIMEOUT, FAIL, SHOULD_FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IM
 BROKEN = (CRASH, TIMEOUT, FAIL)  # a MUST level's non-conforming states: failures, regressions in diff
 SHOULD_BROKEN = (SHOULD_FAIL,)  # failing only under --strict
 ANY_BROKEN = (*BROKEN, *SHOULD_BROKEN)
+# Cases without a verdict (the op not implemented, skipped): a cell's n/m counts them apart.
+UNJUDGED = (NOT_IMPLEMENTED, SKIP)
 NO_CLAUSE = "(no clause)"
 RUN_FIELDS = ("host", "created", "torch", "profile", "devices", "backends")
 
@@ -79,6 +81,12 @@ class Cell:
     def state(self) -> str:
         counts = self.counts
         return next(s for s in STATES if counts[s])
+
+    @property
+    def judged(self) -> int:
+        """How many of the cell's cases ran to a verdict (the m of ``FAIL n/m``)."""
+        counts = self.counts
+        return sum(n for state, n in counts.items() if state not in UNJUDGED)
 
     @property
     def reasons(self) -> list[str]:

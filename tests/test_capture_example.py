@@ -1,4 +1,4 @@
-"""The worked example of docs/capture-walkthrough.md: a 2-layer Llama built from its config
+"""The worked example of docs/capture.md (Walk-through): a 2-layer Llama built from its config
 (random weights, no download) runs on CPU with capture on its activations, norms and attention;
 layer 1's activation is swapped for a realistic wrong kernel (erf GELU where the config asks for
 the tanh form); ``opconform replay``, in a process that imports no model code, flags exactly

@@ -9,8 +9,9 @@ and docs/ name in code (`...` spans and fenced blocks) exists.
 - a path under one of the repository's own folders (`conformance/plugin.py`): a file or folder
   of the checkout.
 
-The mkdocs site build (`mkdocs build --strict`, .ci/run) checks the Markdown links; this checks
-what links cannot.
+The README names every subcommand and links every docs page, its ```python blocks run as pasted,
+and every docs page a Python file names exists. The mkdocs site build (`mkdocs build --strict`,
+.ci/run) checks the Markdown links; this checks what links cannot.
 """
 
 from __future__ import annotations
@@ -129,3 +130,50 @@ def test_the_check_can_fail(known):
     found = {item for _, item, _ in problems({"doc.md": text}, *known)}
     assert found == {"--no-such-flag", "--opconform-nope", "opconform nosuch", "--hypothesis-seedz",
                      "conformance/no_such_module.py"}, found  # fmt: skip
+
+
+def test_the_readme_names_every_subcommand_and_links_every_page():
+    """The README never named capture's replay, export and judge nor linked docs/capture.md: it
+    names each subcommand as `opconform NAME` and links every page of docs/ (generated/ aside)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    unnamed = [f"opconform {name}" for name in COMMANDS if f"opconform {name}" not in readme]
+    unlinked = [p.name for p in sorted((REPO / "docs").glob("*.md")) if f"(docs/{p.name})" not in readme]
+    assert not unnamed and not unlinked, (unnamed, unlinked)
+
+
+DOCS_PAGE = re.compile(r"(?<![\w./-])(docs/[\w./-]+\.md)")
+
+
+def test_the_sources_name_only_docs_pages_that_exist():
+    """tests/test_capture_example.py named a docs page that never existed (capture-walkthrough.md):
+    every docs page a Python file of the repository names exists."""
+    sources = [p for folder in OWN_FOLDERS for p in sorted((REPO / folder).rglob("*.py"))]
+    missing = [
+        f"{path.relative_to(REPO)}: {page}"
+        for path in [*sources, *sorted(REPO.glob("*.py"))]
+        for page in DOCS_PAGE.findall(path.read_text(encoding="utf-8"))
+        if not (REPO / page).exists()
+    ]
+    assert not missing, missing
+
+
+SHOWN_VALUE = re.compile(r"^(\w[\w.]*\(.*\))\s+#\s+(\w+\(.*\))$")  # `call(...)  # Repr(...)`
+
+
+def test_the_readme_python_snippets_run_as_written(tmp_path, monkeypatch):
+    """The README's oracle snippet called an undefined my_gelu_and_mul on undefined k, v: every
+    ```python block runs as pasted, and a line showing its value in a comment shows that value."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", readme, re.M | re.S)
+    assert len(blocks) >= 2, "the README's python snippets were not found"
+    import torch
+
+    monkeypatch.chdir(tmp_path)  # a snippet writes nothing into the checkout
+    for number, block in enumerate(blocks):
+        torch.manual_seed(0)
+        namespace: dict = {"__name__": f"readme_snippet_{number}"}
+        exec(compile(block, f"README.md python block {number}", "exec"), namespace)
+        for line in block.splitlines():
+            shown = SHOWN_VALUE.match(line)
+            if shown:
+                assert repr(eval(shown.group(1), namespace)) == shown.group(2), line

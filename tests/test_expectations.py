@@ -69,12 +69,30 @@ def test_bad_entry_names_file_and_line(tmp_path, bad, line, words):
         _load(tmp_path, text)
 
 
-@pytest.mark.parametrize("pattern", ["test_geglu*", "a b.py::x", "test_x.py::t[1"])
+@pytest.mark.parametrize("pattern", ["test_geglu*", "a b.py::x", "test_x.py", "test_x.py::"])
 def test_malformed_pattern_is_an_error(tmp_path, pattern):
-    """A test pattern must be FILE.py::TEST with balanced brackets."""
+    """A test pattern must be FILE.py::TEST without spaces."""
     text = GOOD.replace('"test_activations.py::test_npu_geglu_args*"', f'"{pattern}"')
     with pytest.raises(ManifestError, match=r"npu\.toml:11: malformed test pattern"):
         _load(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    "pattern, nodeid, matches",
+    [("test_x.py::test_y[acme-cpu]", "conformance/test_x.py::test_y[acme-cpu]", "yes"),
+     ("test_x.py::test_y[acme-cpu]", "conformance/test_x.py::test_y[acme-cuda]", "no"),
+     ("test_x.py::test_y[acme-cpu-*]", "test_x.py::test_y[acme-cpu-rms_norm]", "yes"),
+     ("test_x.py::test_y[acme-?pu]", "test_x.py::test_y[acme-cpu]", "yes"),
+     ("test_x.py::test_y[[]acme-cpu]", "test_x.py::test_y[acme-cpu]", "no"),
+     ("test_x.py::t[1", "test_x.py::t[1", "yes")],
+)  # fmt: skip
+def test_brackets_in_a_pattern_are_the_cases_parameters(tmp_path, pattern, nodeid, matches):
+    """`test_y[acme-cpu]` read its brackets as an fnmatch class (it matched no case) and fnmatch's
+    escape `[[]` was refused as unbalanced: brackets are literal, `*` and `?` the wildcards."""
+    text = GOOD.replace('"test_activations.py::test_npu_geglu_args*"', f'"{pattern}"')
+    (_, entry) = _load(tmp_path, text)
+    case = {"backend": "npu", "device": "cpu", "clauses": ["ACT-GEGLU"], "dtype": None}
+    assert entry.matches(nodeid=nodeid, **case) == matches
 
 
 def test_unknown_key_toml_error_and_missing_file(tmp_path):

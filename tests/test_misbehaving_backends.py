@@ -32,7 +32,7 @@ EXPECTED = {
     "hang": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 2 s"),
     "slow": (NORM, "timeout", "NORM-RMS", "timeout 1/1", "per-case time limit of 2 s"),
     "raises": (NORM, "failed", "NORM-RMS", "fail 1/1", "RuntimeError: kernel launch failed"),
-    "returns-none": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned None; expected a tensor of shape"),
+    "returns-none": (NORM, "failed", "NORM-RMS", "fail 1/1", ": rms_norm returned None; NormOps.rms_norm"),
     "returns-list": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned a list of "),
     "returns-meta": (NORM, "failed", "NORM-RMS", "fail 1/1", ": returned a meta tensor (no data): "),
     "wrong-dtype": (NORM, "failed", "NORM-RMS", "fail 1/1", "dtype torch.float64 on cpu; expected a "),

@@ -154,14 +154,19 @@ def test_step3p5_fields_match_the_class_attributes():
 @pytest.mark.parametrize(
     "path_text, message",
     [(None, "no such config file"), ("{", "not a JSON config"), ('{"a": 1}', "no 'model_type'"),
-     ('{"model_type": "no-such-model"}', "not a transformers config class")],
+     ('{"model_type": "no-such-model"}', "not a transformers config class"),
+     ('{"model_type": "llama", "num_attention_heads": 0}', "cannot derive a profile from it: ZeroDivision"),
+     ('{"model_type": "llama", "hidden_size": "abc"}', "cannot derive a profile from it: .*'hidden_size'")],
 )  # fmt: skip
 def test_bad_model_config_is_one_line(tmp_path, path_text, message):
+    """Each unusable config is one ModelError line (0 heads and transformers' own validators raised
+    their own exceptions, a traceback at the start of the profile run)."""
     path = tmp_path / "config.json"
     if path_text is not None:
         path.write_text(path_text)
-    with pytest.raises(configs.ModelError, match=message):
+    with pytest.raises(configs.ModelError, match=message) as raised:
         configs.from_file(path)
+    assert "\n" not in str(raised.value)
 
 
 def test_unknown_model_names_the_builtins():
@@ -281,6 +286,7 @@ def test_run_model_runs_generic_then_profile_and_merges(tmp_path, monkeypatch, c
         return 0, type("Relay", (), {"finish": lambda self, **_: None})()
 
     monkeypatch.setattr(run_command, "run_pytest", fake_run_pytest)
+    monkeypatch.setattr(run_command, "model_problem", lambda args: None)  # "m" is this test's model
     parser = argparse.ArgumentParser()
     run_command.add_arguments(parser)
     args = parser.parse_args(["--model", "m", "--out", str(tmp_path / "out"), "--backend", "acme"])
@@ -302,6 +308,31 @@ def test_run_model_option_errors(tmp_path, capsys):
     ):
         assert run_command.run(parser.parse_args([*argv, "--out", str(tmp_path)])) == 2
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [(["--model", "nosuch"], "--model: unknown model 'nosuch'; built-in models: ["),
+     (["--model-config", "{"], "--model-config: {CONFIG}: not a JSON config"),
+     (["--model-config", '{"model_type": "no-such-model"}'], "model_type 'no-such-model' is not a"),
+     (["--model-config", '{"model_type": "llama", "num_attention_heads": 0}'],
+      "--model-config: {CONFIG}: cannot derive a profile from it: ZeroDivisionError")],
+)  # fmt: skip
+def test_run_refuses_a_bad_model_before_any_run(argv, words, tmp_path, monkeypatch, capsys):
+    """An unknown --model or an unusable --model-config was refused by the profile run's pytest,
+    after the whole generic run: now one line, exit 2, and no pytest started."""
+    started = []
+    monkeypatch.setattr(run_command, "run_pytest", lambda command: started.append(command))
+    config = tmp_path / "config.json"
+    if argv[0] == "--model-config":
+        config.write_text(argv[1])
+        argv = [argv[0], str(config)]
+    parser = argparse.ArgumentParser()
+    run_command.add_arguments(parser)
+    assert run_command.run(parser.parse_args([*argv, "--out", str(tmp_path / "out")])) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("opconform run: error: ") and words.format(CONFIG=config) in line, line
+    assert started == []
 
 
 def test_step_config_with_limit_lists_pins_each_layers_limit(tmp_path):

@@ -275,6 +275,34 @@ def test_bad_backend_modules_are_usage_errors(tmp_path, monkeypatch, source, wor
     assert words in str(error.value) and "\n" not in str(error.value)
 
 
+TWO_BACKENDS = """
+class Mine:
+    def __init__(self, name):
+        self.name = name
+
+    def unavailable(self, device):
+        return None
+
+
+BACKENDS = [Mine("mine-a"), Mine("mine-b")]
+"""
+
+
+@pytest.mark.parametrize(
+    "names, selected",
+    [([], ["mine-a", "mine-b"]), (["mine-b"], ["mine-b"]), (["native"], ["native", "mine-a", "mine-b"]),
+     (["native", "mine-a"], ["native", "mine-a"])],
+)  # fmt: skip
+def test_backend_selects_among_a_modules_backends(tmp_path, monkeypatch, names, selected):
+    """--backend mine-b beside a module of two backends ran both: it picks among the module's
+    backends too; a module none of whose backends is named still runs beside the named ones."""
+    (tmp_path / "two_backends.py").write_text(TWO_BACKENDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "two_backends", raising=False)
+    config = FakeConfig(backend=names, backend_module=["two_backends:BACKENDS"])
+    assert [b.name for b in selection.backends(config)] == selected
+
+
 def test_unknown_hypothesis_profile_is_a_usage_error():
     """--hypothesis-profile=nope was an INTERNALERROR traceback from Hypothesis's plugin (exit 3)."""
     proc = subprocess.run(

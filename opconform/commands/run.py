@@ -172,6 +172,25 @@ def model_options(args: argparse.Namespace) -> list[str]:
     return []
 
 
+def model_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--model`` / ``--model-config`` gives no profile (an unknown name, a config that is not
+    JSON, names no transformers class or cannot be derived), or None: the profile is derived here,
+    as the profile run's plugin will, before any run starts."""
+    if args.model is None and args.model_config is None:
+        return None
+    from conformance.models import configs
+
+    try:
+        if args.model is not None:
+            configs.by_name(args.model)
+        else:
+            configs.from_file(args.model_config)
+    except configs.ModelError as exc:
+        option = "--model" if args.model is not None else "--model-config"
+        return f"{option}: {exc}"
+    return None
+
+
 def pytest_run(
     args: argparse.Namespace, report_json: Path, extra: list[str]
 ) -> tuple[int | None, dict | None]:
@@ -206,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
         return usage_error("run", "--model-only needs --model or --model-config")
     if args.model_config is not None and not Path(args.model_config).is_file():
         return usage_error("run", f"--model-config {args.model_config}: no such file")
+    problem = model_problem(args)
+    if problem:  # found by the profile run's pytest, it came after the whole generic run
+        return usage_error("run", problem)
     out = Path(args.out)
     why = writable_dir(out)
     if why:
