@@ -230,23 +230,11 @@ def pytest_runtest_call(item):
     )
     run = state(item.config)
     backend = activation.backend_of(item) if run is not None else None
-    adjusted = profiles.adjusted(getattr(item, "obj", None), unshrunk=declared, peer=is_peer(backend),
+    peer = selection.is_peer(backend)
+    adjusted = profiles.adjusted(getattr(item, "obj", None), unshrunk=declared, peer=peer,
                                  profile=run and run.profile)  # fmt: skip
     with adjusted, returns.checked(item, backend):
         return (yield)
-
-
-def is_peer(backend) -> bool:
-    """Whether ``backend`` is one of the built-in peers (``backends.PEERS``), not a user's backend of
-    the same name."""
-    if backend is None:
-        return False
-    from backends import BUILTIN, PEERS
-
-    if backend.name not in PEERS:
-        return False
-    module, defined_in = BUILTIN[backend.name].partition(":")[0], type(backend).__module__
-    return defined_in == module or defined_in.startswith(module + ".")
 
 
 def pytest_collectstart(collector):

@@ -80,3 +80,16 @@ def devices(config) -> list[str]:
     if unknown:
         raise pytest.UsageError(f"--device: unknown device(s) {unknown}; expected {KNOWN_DEVICE_TYPES}")
     return list(dict.fromkeys(devices))
+
+
+def is_peer(backend) -> bool:
+    """Whether ``backend`` is one of the built-in peers (``backends.PEERS``), not a user's backend of
+    the same name."""
+    if backend is None:
+        return False
+    from backends import BUILTIN, PEERS
+
+    if backend.name not in PEERS:
+        return False
+    module, defined_in = BUILTIN[backend.name].partition(":")[0], type(backend).__module__
+    return defined_in == module or defined_in.startswith(module + ".")

@@ -184,7 +184,7 @@ def test_a_builtin_peer_draws_its_share_except_under_thorough():
     from hypothesis import strategies as st
 
     from backends import load_backend_module
-    from conformance import plugin
+    from conformance import selection
     from conformance.profiles import PEER_SHARE, adjusted
 
     calls = []
@@ -208,4 +208,4 @@ def test_a_builtin_peer_draws_its_share_except_under_thorough():
         def unavailable(self, device):
             return None
 
-    assert plugin.is_peer(peer) and not plugin.is_peer(Impostor()) and not plugin.is_peer(None)
+    assert selection.is_peer(peer) and not selection.is_peer(Impostor()) and not selection.is_peer(None)
