@@ -189,6 +189,7 @@ def activate(config) -> None:
     run = activation.State(selection.backends(config), selection.devices(config), profile=profile)
     run.loaded_profile = loaded
     signatures.check_loaded(config, run.backends)  # one line per mismatched op, printed now
+    selection.check_unavailable(run.backends, [d for d in run.devices if not absent_reason(d)])
     if config.getoption("device"):  # devices asked for by name that are absent: the run must not pass
         run.absent = {d: absent_reason(d) for d in run.devices if absent_reason(d)}
     try:

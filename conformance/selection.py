@@ -93,3 +93,20 @@ def is_peer(backend) -> bool:
         return False
     module, defined_in = BUILTIN[backend.name].partition(":")[0], type(backend).__module__
     return defined_in == module or defined_in.startswith(module + ".")
+
+
+def check_unavailable(backends: list, devices: list[str]) -> None:
+    """Ask each backend ``unavailable`` once per present device before any case runs: one that raises
+    is a broken backend, one usage error naming it (every case would otherwise fail, even of ops it
+    does not implement, and none of them for a fault of its kernels)."""
+    import torch
+
+    for backend in backends:
+        for name in devices:
+            try:
+                backend.unavailable(torch.device(name))
+            except Exception as exc:  # noqa: BLE001 - whatever the user's backend raises
+                raise pytest.UsageError(
+                    f"backend {backend.name!r}: unavailable({name!r}) raised {type(exc).__name__}: {exc} "
+                    "(it must return None when usable there, else the reason it is not)"
+                ) from exc

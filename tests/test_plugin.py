@@ -146,6 +146,11 @@ BAD_RUNS = [
         "ERROR: --backend-module misbehaving_import_error: importing it raised SyntaxError: invalid syntax "
         "(misbehaving_import_error.py, line 1)",
     ),
+    # unavailable() raising was an error in every case, even of ops the backend does not implement.
+    (
+        ["--backend-module", "misbehaving_unavailable"],
+        "backend 'raising-unavailable': unavailable('cpu') raised RuntimeError: driver not initialised",
+    ),
     # A missing folder was a traceback after every case had run (exit 1, no report).
     (
         ["--opconform-json=/no/such/dir/r.json"],
