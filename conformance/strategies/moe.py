@@ -21,6 +21,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from conformance.strategies import model_pins
 from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
 from reference import moe as oracle
 
@@ -354,5 +355,5 @@ def fused_recipes(
         ids_dtype=draw(st.sampled_from((torch.int64, torch.int32))),
         weights_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
     )
-    recipe = replace(recipe, **fixed)
+    recipe = replace(model_pins.experts(draw, recipe, model_forms and None in limits), **fixed)
     return recipe if not model_forms or fused_model_form(recipe) else replace(recipe, output_scale=1.0)
