@@ -199,3 +199,82 @@ def test_an_unpinned_op_and_an_unaccounted_one_are_found():
     del derived.unused_ops["append_shared_experts"]
     assert unpinned_ops(derived) == ["fused_moe"]
     assert unaccounted_ops(derived) == ["append_shared_experts"]
+
+
+def _drawn(strategy, pins: dict, count: int = 20) -> list:
+    seen = []
+    saved = common.pinned_table()
+    common.pin_model(pins)
+    try:
+
+        @settings(PROBE, max_examples=count)
+        @given(value=strategy)
+        def draw(value):
+            seen.append(value)
+
+        draw()
+    finally:
+        common.pin_model(saved)
+    return seen
+
+
+@pytest.mark.parametrize("name", ["step3p5", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-20b"])
+def test_fused_draws_are_the_models_experts_scaled(name):
+    """MODEL-MOE: E and k the model's, H and I scaled by one factor (I/H exact) into the budget."""
+    from conformance.models.families import EXPERT_WEIGHTS_BUDGET
+    from conformance.strategies.moe import fused_recipes
+
+    derived = configs.by_name(name)
+    (use,) = {str(u.params): u for u in derived.uses if u.op == "fused_moe"}.values()
+    p = use.params
+    for recipe in _drawn(fused_recipes(), derived.pins):
+        assert (recipe.experts, recipe.top_k) == (p["num_experts"], p["top_k"])
+        assert recipe.inter * p["hidden_size"] == recipe.hidden * p["intermediate_size"]
+        assert 3 * recipe.experts * recipe.hidden * recipe.inter <= EXPERT_WEIGHTS_BUDGET
+        assert recipe.activation == p["activation"] and not recipe.on_input
+    assert all(r.hidden <= 24 for r in _drawn(fused_recipes(), {}))  # the generic draw, for contrast
+
+
+def test_rope_draws_take_the_models_frequencies_and_config():
+    """MODEL-ROPE: gpt-oss's YaRN rows (attention factor 1 + 0.1 ln 32) in the cache and cos/sin
+    rows, its own config at its lengths in the frequency properties; nothing drawn unpinned."""
+    from conformance.strategies.model_pins import cos_sin_rows
+    from conformance.strategies.rope import rope_configs, rope_recipes
+    from reference import rope as oracle
+
+    derived = configs.by_name("gpt-oss-20b")
+    config = dict(derived.pins["model.config"])["gpt-oss-20b"]
+    inv, factor = oracle.rope_inv_freq(config, seq_len=None, layer_type=None)
+    for recipe in _drawn(rope_recipes(), derived.pins, count=5):
+        positions, _, _, cache = recipe.make()
+        want = oracle.rope_cos_sin(torch.arange(cache.shape[0]), inv.float(), attention_factor=factor)
+        assert torch.equal(cache, want.to(cache.dtype)), recipe
+    for rows in _drawn(cos_sin_rows(), derived.pins, count=5):
+        assert rows.attention_factor == factor and max(rows.positions) < 131072
+    for drawn, seq_len, layer_type in _drawn(rope_configs(), derived.pins, count=5):
+        assert type(drawn) is type(config) and drawn.to_dict() == config.to_dict() and drawn is not config
+        assert seq_len in (None, 1, 4095, 4096, 4097, 131071, 131072, 131073, 524288) and layer_type is None
+    assert set(_drawn(cos_sin_rows(), {}, count=3)) == {None}
+
+
+def test_pinned_draw_unpinned_draws_as_its_default():
+    """pinned_draw adds no choice of its own: unpinned, the same examples as its default strategy."""
+    from hypothesis import strategies as st
+
+    default = st.tuples(st.integers(0, 10**6), st.sampled_from("abc"))
+    assert _drawn(common.pinned_draw("nothing.pinned", default), {}) == _drawn(default, {})
+    assert set(_drawn(common.pinned_draw("k", default), {"k": ((1, "z"),)}, count=3)) == {(1, "z")}
+
+
+def test_a_case_at_another_value_of_a_fixed_parameter_is_deselected():
+    """MODEL-FAMILIES: Gemma2's GELU is tanh, so npu_geglu_args' "none" case is not its."""
+    derived = configs.by_name("gemma2-2b")
+
+    def item(approximate):
+        entry = SimpleNamespace(
+            marks=[pytest.mark.op("npu_geglu_args").mark], params={"approximate": approximate}
+        )
+        return _Item(entry)
+
+    assert model_profile.unused_reason(item("tanh"), derived) is None
+    assert "its approximate is tanh" in model_profile.unused_reason(item("none"), derived)
