@@ -278,3 +278,14 @@ def test_a_case_at_another_value_of_a_fixed_parameter_is_deselected():
 
     assert model_profile.unused_reason(item("tanh"), derived) is None
     assert "its approximate is tanh" in model_profile.unused_reason(item("none"), derived)
+
+
+def test_expert_sizes_scale_by_one_factor_within_the_budget():
+    """MODEL-MOE: the spec's examples; a model already within the budget keeps its own sizes."""
+    from conformance.models.families import scaled_expert_sizes
+
+    assert scaled_expert_sizes(4096, 1280, 288) == (80, 25)
+    assert scaled_expert_sizes(7168, 2048, 256) == (91, 26)
+    assert scaled_expert_sizes(2048, 768, 128) == (120, 45)
+    assert scaled_expert_sizes(2880, 2880, 32) == (147, 147)
+    assert scaled_expert_sizes(16, 8, 4) == (16, 8)
