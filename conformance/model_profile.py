@@ -105,7 +105,8 @@ def activate(config, backends=()) -> None:
 
 
 def unused_reason(item, profile) -> str | None:
-    """Why the model does not need ``item`` (its op, its clauses, its rope style), or None."""
+    """Why the model does not need ``item`` (its op, its clauses, its rope style, a parameter its uses
+    of the op fix), or None."""
     mark = item.get_closest_marker("op")
     if mark is None:
         return "checks no op of the model at its parameters"
@@ -114,9 +115,21 @@ def unused_reason(item, profile) -> str | None:
     clauses = [c for m in item.iter_markers("clause") for c in m.args]
     if clauses and all(c in profile.unused_clauses for c in clauses):
         return f"not used by model {profile.name}: {profile.unused_clauses[clauses[0]]}"
-    style = getattr(getattr(item, "callspec", None), "params", {}).get("is_neox_style")
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    style = params.get("is_neox_style")
     if style is not None and profile.rope_styles and style not in profile.rope_styles:
         return f"not used by model {profile.name}: its rope style"
+    # MODEL-FAMILIES: a case parametrized over a parameter the model's uses of its op fix (npu_geglu_args'
+    # approximate, a window converter's sliding_window) runs at the model's values only.
+    fixed: dict[str, list] = {}
+    for use in profile.uses:
+        if use.op == mark.args[0]:
+            for key, value in use.params.items():
+                fixed.setdefault(key, []).append(value)
+    for name, value in params.items():
+        if name in fixed and value not in fixed[name]:
+            shown = ", ".join(dict.fromkeys(map(str, fixed[name])))
+            return f"not used by model {profile.name}: its {name} is {shown}"
     return None
 
 

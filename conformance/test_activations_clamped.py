@@ -27,7 +27,7 @@ from conformance.strategies.activations import (
     situ_betas,
     situ_linear_betas,
 )
-from conformance.strategies.common import pinned, seeds
+from conformance.strategies.common import pinned_draw, seeds
 from conformance.tolerances import oai_up_scale, rounded_atol_scale, situ_bound, situ_up_scale, up_scale
 from reference import activations as oracle
 
@@ -105,9 +105,9 @@ def test_clamp_order(backend, device, op, rows, half, limit, seed):
 @pytest.mark.op("swiglu_oai_and_mul")
 @given(
     recipe=gated_inputs(scales=(1.0, 3.0, 10.0)),
-    alpha=pinned("activation.oai_alpha", st.sampled_from(OAI_ALPHAS)),  # MODEL-RUN: gpt-oss's own
-    limit=pinned("activation.oai_limit", oai_limits()),
-    interleaved=pinned("activation.oai_interleaved", st.booleans()),
+    alpha=pinned_draw("activation.oai_alpha", st.sampled_from(OAI_ALPHAS)),  # MODEL-RUN: gpt-oss's own
+    limit=pinned_draw("activation.oai_limit", oai_limits()),
+    interleaved=pinned_draw("activation.oai_interleaved", st.booleans()),
 )
 def test_swiglu_oai_matches_oracle(backend, device, recipe, alpha, limit, interleaved):
     """g * sigmoid(alpha g) * (u + 1) with the clamps, on the interleaved or halves layout."""

@@ -24,6 +24,7 @@ from conformance.moe_checks import (
     sum_phrase,
 )
 from conformance.profiles import share_of_examples
+from conformance.strategies.model_pins import expert_sizes, shared_counts, shared_routing
 from conformance.strategies.moe import (
     FusedRecipe,
     fused_model_form,
@@ -120,10 +121,11 @@ def test_padded_rows(backend, device, recipe, poison):
 
 
 def _fused_inputs(recipe, device, *, dtype=torch.float32, seed=0) -> tuple:
+    hidden, inter = expert_sizes(recipe.experts)  # a model's (scaled) sizes in a profile run
     return FusedRecipe(
         tokens=recipe.tokens,
-        hidden=8,
-        inter=4,
+        hidden=hidden,
+        inter=inter,
         experts=recipe.experts,
         top_k=recipe.top_k,
         activation="silu",
@@ -305,9 +307,9 @@ def test_router_config(backend, device, config):
 @pytest.mark.op("append_shared_experts")
 @FEW
 @given(
-    recipe=routing_recipes(grouped=False, tokens=3),
+    recipe=shared_routing(routing_recipes(grouped=False, tokens=3)),
     on_output=st.booleans(),
-    shared=st.integers(1, 2),
+    shared=shared_counts(),
     weights_dtype=st.sampled_from((torch.float32, torch.bfloat16)),
 )
 def test_shared_expert_slots(backend, device, recipe, on_output, shared, weights_dtype):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from conformance import profiles
 from conformance.checks import describe
 from conformance.moe_checks import call_routing, check_fused, check_padded_finite, check_routing, check_shared
+from conformance.strategies.model_pins import shared_counts, shared_routing
 from conformance.strategies.moe import (
     fused_model_form,
     fused_recipes,
@@ -101,7 +102,11 @@ def _compare_fused(backend, device, recipe, clause: str) -> None:
 @pytest.mark.op("append_shared_experts")
 @pytest.mark.clause("MOE-VIEWS")
 @FEW
-@given(recipe=routing_recipes(grouped=False, tokens=3), on_output=st.booleans(), shared=st.integers(1, 2))
+@given(
+    recipe=shared_routing(routing_recipes(grouped=False, tokens=3)),
+    on_output=st.booleans(),
+    shared=shared_counts(),
+)
 def test_should_append_shared_experts_to_views(backend, device, recipe, on_output, shared):
     """Top-k weights and ids as views of wider rows: the routed slots unchanged, the shared ones after."""
     logits, _ = recipe.make(device)

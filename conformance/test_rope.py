@@ -15,6 +15,7 @@ from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.rope import ERRORS
 from conformance.checks import assert_close, check, describe
+from conformance.strategies.model_pins import cos_sin_rows
 from conformance.strategies.rope import rope_recipes
 from conformance.tolerances import angle_scale, pair_scale, tolerance
 from reference import rope as oracle
@@ -237,6 +238,8 @@ def test_scores_depend_on_position_differences(backend, device, recipe, shift, i
 
 
 def _inv(recipe):
+    if recipe.inv_freq is not None:  # a model's frequencies (MODEL-RUN)
+        return torch.tensor(recipe.inv_freq, dtype=torch.float64).float()
     r = recipe.rotary_dim
     return (1.0 / (10000 ** (torch.arange(0, r, 2, dtype=torch.float64) / r))).float()
 
@@ -261,11 +264,14 @@ def test_mrope_sections(backend, device, is_neox_style, recipe):
     dtype=st.sampled_from((torch.float32, torch.float64)),
     attention_factor=st.sampled_from((1.0, 1.35, 0.8)),
     positions_dtype=st.sampled_from((torch.int64, torch.int32)),
+    model=cos_sin_rows(),
 )
-def test_cos_sin_rows(backend, device, rotary_dim, positions, dtype, attention_factor, positions_dtype):
+def test_cos_sin_rows(
+    backend, device, rotary_dim, positions, dtype, attention_factor, positions_dtype, model
+):
     """Row p is cat(cos, sin)(p f) * attention_factor, in inv_freq's dtype."""
     args = (rotary_dim, positions, dtype, attention_factor, positions_dtype)
-    _check_cos_sin(backend, device, *args, False, "ROPE-COS-SIN")
+    _check_cos_sin(backend, device, *args, False, "ROPE-COS-SIN", model=model)
 
 
 @pytest.mark.clause("ROPE-VIEWS")
@@ -274,11 +280,12 @@ def test_cos_sin_rows(backend, device, rotary_dim, positions, dtype, attention_f
 @given(
     rotary_dim=st.sampled_from((2, 8, 64)),
     positions=st.lists(st.one_of(st.integers(0, 63), st.integers(100000, 262143)), min_size=1, max_size=8),
+    model=cos_sin_rows(max_size=8),
 )
-def test_should_accept_cos_sin_views(backend, device, rotary_dim, positions):
+def test_should_accept_cos_sin_views(backend, device, rotary_dim, positions, model):
     """positions and inv_freq as every other element of a buffer: the rows of their copies."""
     args = (rotary_dim, positions, torch.float32, 1.0, torch.int64)
-    _check_cos_sin(backend, device, *args, True, "ROPE-VIEWS")
+    _check_cos_sin(backend, device, *args, True, "ROPE-VIEWS", model=model)
 
 
 @pytest.mark.clause("ROPE-LONG")
@@ -287,17 +294,37 @@ def test_should_accept_cos_sin_views(backend, device, rotary_dim, positions):
 @given(
     positions=st.lists(st.one_of(st.integers(0, 63), st.integers(100000, 262143)), min_size=1, max_size=8),
     rotary_dim=st.sampled_from((16, 128)),
+    model=cos_sin_rows(max_size=8),
 )
-def test_long_positions_keep_float32_angles(backend, device, positions, rotary_dim):
+def test_long_positions_keep_float32_angles(backend, device, positions, rotary_dim, model):
     """Positions past 100k (and below 64, where a bfloat16 cos shows) within the float32 allowance."""
     args = (rotary_dim, positions, torch.float32, 1.0, torch.int64)
-    _check_cos_sin(backend, device, *args, False, "ROPE-LONG")
+    _check_cos_sin(backend, device, *args, False, "ROPE-LONG", model=model)
 
 
 def _check_cos_sin(
-    backend, device, rotary_dim, positions, dtype, attention_factor, positions_dtype, strided, clause
+    backend,
+    device,
+    rotary_dim,
+    positions,
+    dtype,
+    attention_factor,
+    positions_dtype,
+    strided,
+    clause,
+    *,
+    model=None,
 ):
-    inv = (1.0 / (10000 ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))).to(dtype)
+    """``model`` (a profile run's ModelRows): its frequencies, attention factor and positions instead."""
+    if model is not None:
+        rotary_dim, positions, attention_factor = (
+            model.rotary_dim,
+            list(model.positions),
+            model.attention_factor,
+        )
+        inv = torch.tensor(model.inv_freq, dtype=torch.float64).to(dtype)
+    else:
+        inv = (1.0 / (10000 ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))).to(dtype)
     p = torch.tensor(positions, dtype=positions_dtype)
     p, inv = p.to(device), inv.to(device)
     if strided:
@@ -306,7 +333,8 @@ def _check_cos_sin(
     want = oracle.rope_cos_sin(p.cpu(), inv.cpu(), attention_factor=attention_factor)
     context = (
         f"{describe(backend, device, 'rope_cos_sin', attention_factor=attention_factor)}: rotary_dim "
-        f"{rotary_dim}, inv_freq {dtype}, positions up to {max(positions)}"
+        f"{rotary_dim}, inv_freq {dtype}{' (the model rope)' if model else ''}, positions up to "
+        f"{max(positions)}"
     )
     check(
         got.dtype == dtype and got.shape == want.shape,

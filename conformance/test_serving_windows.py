@@ -85,6 +85,11 @@ def test_layer_windows_of_transformers_configs(backend, device, class_name):
 @pytest.mark.parametrize("window", [None, 1, 2, 3, 8, 127, 4096, 1 << 20])
 def test_prefill_and_decode_keep_the_same_window(backend, device, window):
     """Both kernels' raw window arguments keep exactly W keys (both unbounded without a window)."""
+    check_window_args(backend, window)
+
+
+def check_window_args(backend, window) -> None:
+    """SERVE-WINDOW-ARGS at one window (conformance/test_model_configs.py: a model's windows)."""
     args = backend.window_kernel_args(window)
     check(isinstance(args, dict) and {"prefill", "decode"} <= set(args), clause="SERVE-WINDOW-ARGS",
           message=f"backend {backend.name!r}: window_kernel_args({window}) = {args!r}; expected a dict "

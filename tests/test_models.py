@@ -79,6 +79,11 @@ EXPECTED = {
                                                   "is_neox_style": False}, 61),
         ("select_experts", "moe"): ({"num_experts": 256, "top_k": 8, "num_groups": 8, "topk_group": 4,
                                      "routed_scaling_factor": 2.5, "scoring": "sigmoid"}, 58),
+        ("fused_moe", "moe"): ({"num_experts": 256, "top_k": 8, "hidden_size": 7168,
+                                "intermediate_size": 2048, "drawn_hidden_size": 91,
+                                "drawn_intermediate_size": 26, "activation": "silu"}, 58),
+        ("append_shared_experts", "moe"): ({"shared_experts": 1, "routed_scaling_factor": 2.5}, 58),
+        ("rope_kernel_args", "all"): ({"is_neox_style": False}, 0),
     },
     "gpt-oss-20b": {
         ("paged_attention", "sliding_attention"): ({"num_heads": 64, "num_kv_heads": 8, "head_dim": 64,
@@ -86,7 +91,10 @@ EXPECTED = {
         ("paged_attention", "full_attention"): ({"sliding_window": None, "sinks": True}, 12),
         ("rotary_embedding", "full_attention"): ({"rope_type": "yarn", "factor": 32.0,
                                                   "rope_theta": 150000.0}, 12),
-        ("swiglu_oai_and_mul", "moe"): ({"alpha": 1.702, "limit": 7.0, "interleaved": True}, 24),
+        ("swiglu_oai_and_mul", "moe"): ({"alpha": 1.702, "limit": 7.0, "interleaved": True,
+                                         "width": 2880}, 24),
+        ("rope_cos_sin", "full_attention"): ({"rotary_dim": 64, "attention_factor": 0.1 * math.log(32) + 1,
+                                              "max_position_embeddings": 131072}, 12),
         ("select_experts", "moe"): ({"num_experts": 32, "top_k": 4, "scoring": "topk_softmax"}, 24),
     },
     "qwen2-vl-7b": {

@@ -300,10 +300,14 @@ SANA = ModelProfile(
     config=GEMMA2_2B.config,
     source="spec/scheduler.md DPM-CONFIG (SANA's scheduler), MODEL-GEMMA2 (its text encoder); "
     "spec/models.md MODEL-SANA",
+    # the encoder's mask and its windows' kernel converters at the encoder's windows (MODEL-SANA);
+    # the DiT's GLUMBConv gate: width int(2.5 * 2240) = 5600 (benchmarks/cases.py, inferred)
     ops=(
-        ("encoder_attention_mask", "text-encoder"),
-        ("prefill_attention", "text-encoder"),
-        ("silu_and_mul", "dit"),
+        ("encoder_attention_mask", "text-encoder", {}),
+        ("flash_attention_window", "text-encoder", {}),
+        ("cann_prefill_tokens", "text-encoder", {}),
+        ("prefill_attention", "text-encoder", {}),
+        ("silu_and_mul", "dit", {"width": 5600}),
     ),
 )
 # DPM-CONFIG's SANA line: these three keys, the rest diffusers' DPMSolverMultistepScheduler defaults.

@@ -10,8 +10,8 @@ import importlib
 import json
 from pathlib import Path
 
-from conformance.models import builtin
-from conformance.models.profile import Derived, derive, jsonable, scheduler_uses
+from conformance.models import builtin, families
+from conformance.models.profile import Derived, jsonable, scheduler_uses
 
 
 class ModelError(ValueError):
@@ -35,6 +35,17 @@ def build(profile) -> object:
     return config_class(profile.config_class)(**profile.config)
 
 
+def builtin_configs() -> list[tuple[str, object]]:
+    """(name, config) of every built-in profile with a config of its own (SANA's is Gemma2-2B's), each
+    built afresh (a backend may write to the object it is given): MODEL-CONFIG-OPS' generic run."""
+    own = [
+        p
+        for p in builtin.BUILTIN.values()
+        if p is builtin.GEMMA2_2B or p.config is not builtin.GEMMA2_2B.config
+    ]
+    return [(p.name, build(p)) for p in own]
+
+
 def scheduler_config(fields: dict) -> dict:
     """MODEL-SANA: the DPM-Solver++ scheduler's full configuration (diffusers' class defaults filled)."""
     cls = config_class("diffusers.DPMSolverMultistepScheduler")
@@ -42,9 +53,7 @@ def scheduler_config(fields: dict) -> dict:
 
 
 def from_profile(profile) -> Derived:
-    derived = derive(build(profile), name=profile.name, title=profile.title)
-    for op, kind in profile.ops:
-        derived.add(op, kind, {}, None)
+    derived = families.derive(build(profile), name=profile.name, title=profile.title, pipeline=profile.ops)
     if profile.name == "sana":
         scheduler_uses(derived, scheduler_config(builtin.SANA_SCHEDULER))
     return derived
@@ -77,13 +86,15 @@ def from_file(path: str | Path) -> Derived:
         raise ModelError(f"{path}: model_type {model_type!r} is not a transformers config class")
     try:
         config = CONFIG_MAPPING[model_type].from_json_file(str(path))
-        return derive(config, name=model_type)
+        return families.derive(config, name=model_type)
     except Exception as exc:  # noqa: BLE001 - transformers' validators have their own types; 0 heads divides by 0
         said = " ".join(str(exc).split())  # a validator's message spans lines
         raise ModelError(f"{path}: cannot derive a profile from it: {type(exc).__name__}: {said}") from None
 
 
 def comparable(derived: Derived) -> dict:
-    """What two derivations must share to be the same profile (uses and pins, JSON-shaped)."""
-    return jsonable({"uses": [u.as_dict() for u in derived.uses], "pins": derived.pins,
-                     "unused": derived.unused_clauses})  # fmt: skip
+    """What two derivations must share to be the same profile (uses, pins but the config object
+    itself, unused clauses and ops; JSON-shaped)."""
+    pins = {key: values for key, values in derived.pins.items() if key != families.CONFIG_PIN}
+    return jsonable({"uses": [u.as_dict() for u in derived.uses], "pins": pins,
+                     "unused": derived.unused_clauses, "unused_ops": derived.unused_ops})  # fmt: skip

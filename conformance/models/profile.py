@@ -46,7 +46,7 @@ class ModelProfile:
     config_class: str  # "transformers.MistralConfig", "diffusers.DPMSolverMultistepScheduler"
     config: dict  # the config.json fields given to the class (the rest are the class defaults)
     source: str  # one line: where the numbers come from (the clause has them in full)
-    ops: tuple[tuple[str, str], ...] = ()  # a pipeline's other (op, kind) calls (SANA's DiT gate)
+    ops: tuple[tuple[str, str, dict], ...] = ()  # a pipeline's other (op, kind, params) calls (SANA's)
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,9 @@ class Derived:
     pins: dict[str, tuple] = field(default_factory=dict)
     unused_clauses: dict[str, str] = field(default_factory=dict)  # clause -> why the model skips it
     rope_styles: tuple[bool, ...] = ()  # is_neox_style values the model uses
+    # MODEL-FAMILIES: each op of a family the model uses that it does not call -> why (family_ops)
+    unused_ops: dict[str, str] = field(default_factory=dict)
+    pinned_by: dict[str, list[str]] = field(default_factory=dict)  # op -> the pins its properties draw
 
     @property
     def ops(self) -> list[str]:
@@ -85,10 +88,15 @@ class Derived:
                 return
         self.uses.append(OpUse(op, kind, params, () if layer is None else (layer,)))
 
-    def pin(self, key: str, value) -> None:
+    def pin(self, key: str, value, *ops: str) -> None:
+        """Fix ``key`` to (one more) ``value``: the strategies of ``ops``' properties draw it."""
         values = self.pins.get(key, ())
         if value not in values:
             self.pins[key] = (*values, value)
+        for op in ops:
+            keys = self.pinned_by.setdefault(op, [])
+            if key not in keys:
+                keys.append(key)
 
     def summary(self) -> dict:
         return {"title": self.title, "ops": [u.as_dict() for u in self.uses]}
@@ -151,9 +159,10 @@ def _attention(derived: Derived, config) -> None:
         derived.add("paged_attention", kind, params, i)
         derived.add("write_kv_cache", kind, {"num_kv_heads": kv_heads, "head_dim": head_dim,
                                              "value_dim": value_dim}, i)  # fmt: skip
-        derived.pin("attention.layer", (kv_heads, heads // kv_heads, head_dim, value_dim, scale, window))
-        derived.pin("kv.layer", (kv_heads, head_dim, value_dim))
-        derived.pin("attention.window", window)
+        derived.pin("attention.layer", (kv_heads, heads // kv_heads, head_dim, value_dim, scale, window),
+                    "paged_attention", "prefill_attention")  # fmt: skip
+        derived.pin("kv.layer", (kv_heads, head_dim, value_dim), "write_kv_cache")
+        derived.pin("attention.window", window, "paged_attention")
         derived.pin("attention.softcap", softcap)
     derived.add("layer_windows", "all", {"windows": sorted({w for w in windows if w})}, None)
     if softcap is None:
@@ -195,9 +204,9 @@ def _rope(derived: Derived, config) -> None:
             )
             params.update(mrope_section=list(section), mrope_interleaved=interleaved_sections)
             derived.pin("rope.mrope", (d["rotary_dim"], d["head_dim"], heads, kv_heads, tuple(section),
-                                       interleaved_sections))  # fmt: skip
+                                       interleaved_sections), "mrope")  # fmt: skip
         derived.add(op, kind, params, i)
-        derived.pin("rope.layer", (d["rotary_dim"], d["head_dim"], heads, kv_heads))
+        derived.pin("rope.layer", (d["rotary_dim"], d["head_dim"], heads, kv_heads), "rotary_embedding")
     derived.rope_styles = (not interleaved,)
     if all(u.params["rotary_dim"] == u.params["head_dim"] for u in derived.uses if u.op == op):
         derived.unused_clauses["ROPE-PARTIAL"] = "every layer rotates the whole head"
@@ -217,7 +226,7 @@ def _activation(derived: Derived, config, moe_layers: set[int]) -> None:
                 kind = ("moe-shared" if shared else "moe-routed") if i in moe_layers else "dense"
                 derived.add("swiglu_step_and_mul", kind, {"limit": limit}, i)
                 if known:
-                    derived.pin("activation.limit", limit)
+                    derived.pin("activation.limit", limit, "swiglu_step_and_mul")
         derived.add("swiglu_limit", "all", {}, None)
         return
     if model_type == "gpt_oss":  # inside the experts: fused_moe's activation (MODEL-GPT-OSS)
@@ -225,7 +234,7 @@ def _activation(derived: Derived, config, moe_layers: set[int]) -> None:
         for i in range(layers):
             derived.add("swiglu_oai_and_mul", "moe", params, i)
         for key in ("alpha", "limit", "interleaved"):
-            derived.pin(f"activation.oai_{key}", params[key])
+            derived.pin(f"activation.oai_{key}", params[key], "swiglu_oai_and_mul")
         return
     act = _get(config, "hidden_activation") or _get(config, "hidden_act")
     op, params = GATED_ACTS[act]
@@ -238,10 +247,11 @@ def _norm(derived: Derived, config) -> None:
     gemma = _get(config, "model_type") in GEMMA_NORM_TYPES
     eps = float(_get(config, "rms_norm_eps"))
     layers = tuple(range(int(_get(config, "num_hidden_layers"))))
-    for op in ("gemma_rms_norm", "gemma_fused_add_rms_norm") if gemma else ("rms_norm", "fused_add_rms_norm"):
+    ops = ("gemma_rms_norm", "gemma_fused_add_rms_norm") if gemma else ("rms_norm", "fused_add_rms_norm")
+    for op in ops:
         for i in layers:
             derived.add(op, "all", {"eps": eps}, i)
-    derived.pin("norm.eps", eps)
+    derived.pin("norm.eps", eps, *ops)
 
 
 def moe_layer_indices(config) -> set[int]:
@@ -258,7 +268,8 @@ def moe_layer_indices(config) -> set[int]:
 
 
 def _moe(derived: Derived, config, moe_layers: set[int]) -> None:
-    """MODEL-MOE: select_experts with MOE-CONFIG's reader's keywords, the expert count."""
+    """MODEL-MOE: select_experts with MOE-CONFIG's reader's keywords, the expert count (the fused
+    expert computation and the shared slots: ``conformance.models.families``)."""
     if not moe_layers:
         return
     routing = moe_router_config(config)
@@ -268,15 +279,15 @@ def _moe(derived: Derived, config, moe_layers: set[int]) -> None:
     params = {"num_experts": experts, **routing}
     for i in sorted(moe_layers):
         derived.add("select_experts", "moe", params, i)
-        derived.add("fused_moe", "moe", {"num_experts": experts, "top_k": routing["top_k"]}, i)
     derived.add("moe_router_config", "all", {}, None)
     derived.pin("moe.routing", (experts, routing["top_k"], routing["num_groups"], routing["topk_group"],
-                                routing["scoring"], routing["renormalize"]))  # fmt: skip
+                                routing["scoring"], routing["renormalize"]), "select_experts")  # fmt: skip
 
 
 def derive(config, *, name: str, title: str = "") -> Derived:
     """MODEL-PROFILE: the ops of a decoder config's layers with their fixed parameters (``name``
-    labels the result: a built-in profile's name, or the config file's model_type)."""
+    labels the result: a built-in profile's name, or the config file's model_type); the rest of
+    each family's ops: ``conformance.models.families.derive``."""
     derived = Derived(name=name, title=title or name)
     moe_layers = moe_layer_indices(config)
     _attention(derived, config)
@@ -305,7 +316,7 @@ def scheduler_uses(derived: Derived, scheduler_config: dict) -> None:
     )  # fmt: skip (the keys DPM-CONFIG's draws give)
     params = {k: scheduler_config[k] for k in keys if k in scheduler_config}
     derived.add("dpm_scheduler", "scheduler", params, None)
-    derived.pin("scheduler.config", params)
+    derived.pin("scheduler.config", params, "dpm_scheduler")
     if params.get("algorithm_type") != "sde-dpmsolver++":
         derived.unused_clauses["DPM-SDE3"] = "an ODE solver (dpmsolver++)"
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
+from conformance.strategies import model_pins
 from conformance.strategies.common import FLOAT_DTYPES, seeds
 
 LAYOUTS = ("contiguous", "strided", "transposed")
@@ -100,7 +101,7 @@ def gated_inputs(
     max_numel: int = 1 << 16,
 ) -> TensorRecipe:
     return TensorRecipe(
-        shape=draw(gated_shapes(max_numel=max_numel)),
+        shape=model_pins.gated_width(draw, draw(gated_shapes(max_numel=max_numel)), max_numel),
         dtype=draw(st.sampled_from(dtypes)),
         seed=draw(seeds(bits=32)),
         scale=draw(st.sampled_from(scales)),

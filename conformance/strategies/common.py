@@ -65,3 +65,16 @@ def pinned(key: str, default, *, present: bool = False):
     if values is None:
         return default
     return st.just(values[0]) if len(values) == 1 else st.sampled_from(values)
+
+
+@st.composite
+def _pinned_when_drawn(draw, key: str, default, present: bool):
+    return draw(pinned(key, default, present=present))
+
+
+def pinned_draw(key: str, default, *, present: bool = False):
+    """``pinned``, decided when an example is drawn rather than when the strategy is built: for a
+    strategy built at import (a ``@given`` argument), so that pins set later reach it too (a
+    backend's own model, MODEL-BACKEND; the pin self-test). Unpinned, it draws ``default``'s values
+    choice for choice (the generic examples are unchanged)."""
+    return _pinned_when_drawn(key, default, present)

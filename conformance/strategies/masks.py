@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
+from conformance.strategies import model_pins
 from conformance.strategies.common import seeds
 
 PADDING_PATTERNS = ("none", "right", "left", "holes")
@@ -61,7 +62,7 @@ def mask_cases(draw, *, max_seq_len: int = 300, paddings=PADDING_PATTERNS) -> Ma
     seq_len = draw(st.one_of(st.integers(1, 16), st.integers(17, max_seq_len)))
     return MaskCase(
         seq_len=seq_len,
-        sliding_window=draw(windows(seq_len)),
+        sliding_window=draw(model_pins.encoder_windows(windows(seq_len))),
         batch=draw(st.integers(1, 4)),
         padding=draw(st.sampled_from(paddings)),
         seed=draw(seeds()),

@@ -21,6 +21,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
+from conformance.strategies import model_pins
 from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
 from reference import moe as oracle
 
@@ -329,6 +330,7 @@ def fused_recipes(
     draw, *, limits=(None, 0.5, 1.0, 3.0), dtypes=FLOAT_DTYPES, model_forms=True, **fixed
 ) -> FusedRecipe:
     """fused_moe's inputs; with ``model_forms`` (MUST clauses) only fused_model_form's."""
+    model_activation = model_forms and None in limits  # MODEL-RUN: a model's activation (model_pins.experts)
     experts = draw(st.integers(1, 6))
     on_input = draw(st.booleans()) if not model_forms or None in limits else False
     swiglu = model_forms and on_input  # Llama-4's SwiGLU, without a limit
@@ -354,5 +356,5 @@ def fused_recipes(
         ids_dtype=draw(st.sampled_from((torch.int64, torch.int32))),
         weights_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
     )
-    recipe = replace(recipe, **fixed)
+    recipe = replace(model_pins.experts(draw, recipe, model_activation), **fixed)
     return recipe if not model_forms or fused_model_form(recipe) else replace(recipe, output_scale=1.0)

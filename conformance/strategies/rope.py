@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import torch
 from hypothesis import strategies as st
 
+from conformance.strategies import model_pins
 from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds, strided_view
 from reference import rope as oracle
 
@@ -46,6 +47,8 @@ class RopeRecipe:
     # MODEL-RUN: a model's mrope sections and their layout (a profile run only; None: the property's).
     mrope_section: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
     mrope_interleaved: bool | None = field(default=None, repr=False, compare=False)
+    # MODEL-RUN: the cache's frequencies are a model's (its rope type and theta; None: base 10000).
+    inv_freq: tuple[float, ...] | None = field(default=None, repr=False, compare=False)
 
     def positions(self) -> torch.Tensor:
         gen = torch.Generator().manual_seed(self.seed)
@@ -68,7 +71,10 @@ class RopeRecipe:
         q = torch.randn(self.tokens, self.q_heads, self.head_dim, generator=gen, dtype=torch.float64)
         k = torch.randn(self.tokens, self.k_heads, self.head_dim, generator=gen, dtype=torch.float64)
         size = int(positions.max()) + 1 + self.seed % 5
-        cache = _cache(self.rotary_dim, size, self.attention_factor, self.cache_dtype)
+        if self.inv_freq is None:
+            cache = _cache(self.rotary_dim, size, self.attention_factor, self.cache_dtype)
+        else:
+            cache = model_pins.frequency_cache(self.inv_freq, size, self.attention_factor, self.cache_dtype)
         tensors = [positions, q.to(self.dtype), k.to(self.dtype), cache]
         tensors = [t.to(device, copy=True) for t in tensors]
         if self.strided:
@@ -88,6 +94,11 @@ class RopeRecipe:
             f"positions {self.mode} from {self.offset}{', strided' if self.strided else ''}"
             f"{', q/k views of a qkv projection' if self.qkv_split else ''}"
             + (f", mrope_section {list(self.mrope_section)}" if self.mrope_section else "")
+            + (
+                f", the model's frequencies (attention factor {self.attention_factor:g})"
+                if self.inv_freq
+                else ""
+            )
         )
 
 
@@ -146,7 +157,7 @@ def rope_recipes(
                                      k_heads=k_heads, mrope_section=section,
                                      mrope_interleaved=interleaved)  # fmt: skip
     split = draw(st.booleans()) if qkv_split is None else qkv_split
-    return dataclasses.replace(recipe, qkv_split=split and not strided)
+    return model_pins.rope_frequencies(draw, dataclasses.replace(recipe, qkv_split=split and not strided))
 
 
 # --- configs (ROPE-PARAMS, ROPE-FREQ, ROPE-LAYER, ROPE-SOFTMAX-SCALE) ------------------------------
@@ -193,11 +204,18 @@ def _type_keys(draw, rope_type: str, half: int, longest: int) -> dict:
 
 
 @st.composite
-def rope_configs(draw, *, rope_types=oracle.ROPE_TYPES, per_layer=None, layer_truncate=False):
+def rope_configs(
+    draw, *, rope_types=oracle.ROPE_TYPES, per_layer=None, layer_truncate=False, any_model_type=False
+):
     """(config, seq_len, layer_type): a SimpleNamespace carrying a transformers config's rope fields,
     each optional field sometimes left out; per_layer draws Gemma3-style nested parameters, never a
     per-layer YaRN ``truncate: False`` (no model has one) unless ``layer_truncate``, which draws it
-    and the full layer (spec/rope.md, ROPE-LAYER-TRUNCATE)."""
+    and the full layer (spec/rope.md, ROPE-LAYER-TRUNCATE). In a profile run the model's own config
+    where its rope type is one of ``rope_types`` (any with ``any_model_type``) and its form (per layer
+    type or not) ``per_layer``'s."""
+    model = None if layer_truncate else model_pins.rope_config(draw, rope_types, per_layer, any_model_type)
+    if model is not None:
+        return model
     rope_type = draw(st.sampled_from(rope_types))
     head_dim = draw(st.sampled_from((16, 64, 128)))
     prf = 1.0 if rope_type == "proportional" else draw(st.sampled_from((1.0, 1.0, 0.5)))
