@@ -1,0 +1,3 @@
+"""The activations family's range rules."""
+
+RULES = []

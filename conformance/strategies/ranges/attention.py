@@ -1,0 +1,3 @@
+"""The attention family's range rules."""
+
+RULES = []

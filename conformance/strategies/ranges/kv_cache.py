@@ -1,0 +1,3 @@
+"""The kv_cache family's range rules."""
+
+RULES = []

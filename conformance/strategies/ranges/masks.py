@@ -1,0 +1,3 @@
+"""The masks family's range rules."""
+
+RULES = []

@@ -1,0 +1,3 @@
+"""The moe family's range rules."""
+
+RULES = []

@@ -1,0 +1,3 @@
+"""The norms family's range rules."""
+
+RULES = []

@@ -1,0 +1,3 @@
+"""The scheduler family's range rules."""
+
+RULES = []

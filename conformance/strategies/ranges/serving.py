@@ -1,0 +1,3 @@
+"""The serving family's range rules."""
+
+RULES = []
