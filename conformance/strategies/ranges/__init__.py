@@ -69,9 +69,13 @@ class Rule:
 
     def describe(self) -> str:
         m = self.measure
-        want = {"past": f"some value > {self.values[0]}", "odd": "an odd value > 1",
-                "below": f"some value < {self.values[0]}", "has": f"each of {list(self.values)}"}  # fmt: skip
-        return f"{m.op} {m.name}: {want[self.need]} (rule {self.kind}: {self.why})"
+        if self.need == "odd":
+            want = "an odd value > 1"
+        elif self.need == "has":
+            want = f"each of {list(self.values)}"
+        else:
+            want = f"some value {'>' if self.need == 'past' else '<'} {self.values[0]}"
+        return f"{m.op} {m.name}: {want} (rule {self.kind}: {self.why})"
 
 
 def past(measure: Measure, size: int, why: str) -> Rule:
