@@ -23,6 +23,7 @@ from conformance.strategies.scheduler import (
     SDE,
     TrajectoryRecipe,
     construct_case,
+    order_threshold_trajectories,
     partial_configs,
     sana_trajectory,
     scheduler_configs,
@@ -32,6 +33,7 @@ from conformance.strategies.scheduler import (
 from conformance.tolerances import conversion_magnitude, dpm_atol_scale
 from reference import scheduler as oracle
 
+ORDER_THRESHOLD = order_threshold_trajectories()
 FAMILY = "scheduler"
 OP = "dpm_scheduler"
 STEP_PARAMETERS = [
@@ -80,6 +82,9 @@ def run_trajectory(backend, device, recipe: TrajectoryRecipe, *, clause: str, ba
 @given(recipe=trajectories())
 @example(recipe=sana_trajectory(torch.float32))
 @example(recipe=sana_trajectory(torch.bfloat16))
+@example(recipe=ORDER_THRESHOLD[0])  # DPM-ORDER's threshold at 14, 15 and 16 steps, always run
+@example(recipe=ORDER_THRESHOLD[1])
+@example(recipe=ORDER_THRESHOLD[2])
 def test_trajectory_matches_oracle(backend, device, recipe):
     """Every prev_sample of a whole schedule matches the oracle, in the model dtype, on its device."""
     for index, context, got, want, atol_scale in run_trajectory(backend, device, recipe, clause="DPM-TRAJ"):

@@ -86,8 +86,12 @@ def note(op: str, signature: inspect.Signature, args: tuple, kwargs: dict) -> No
                 RECORD[op][name][aspect].add(seen)
         else:
             RECORD[op][name]["value"].add(OMITTED)
+    arguments = dict(bound.arguments)  # a **config op's keys as its arguments
+    for name, parameter in signature.parameters.items():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            arguments.update(arguments.pop(name, {}))
     for measure in MEASURES.get(op, {}).values():
-        MEASURED[op][measure.name].update(measure.values(dict(bound.arguments)))
+        MEASURED[op][measure.name].update(measure.values(arguments))
     scale, q = bound.arguments.get("scale"), bound.arguments.get("q")
     if isinstance(scale, float) and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
         RECORD[op]["scale"]["conventional"].add(str(math.isclose(scale, q.shape[-1] ** -0.5, rel_tol=1e-9)))
@@ -99,7 +103,24 @@ def _recording(op: str, method):
     @functools.wraps(method)
     def call(*args, **kwargs):
         note(op, signature, args, kwargs)
-        return method(*args, **kwargs)
+        result = method(*args, **kwargs)
+        if op == "dpm_scheduler":  # the schedule's length is set_timesteps' (DPM-ORDER's threshold)
+            result.set_timesteps = _measured_set_timesteps(result.set_timesteps, kwargs)
+        return result
+
+    return call
+
+
+def _measured_set_timesteps(set_timesteps, config: dict):
+    """``set_timesteps`` measuring its calls as the op ``dpm_scheduler.set_timesteps`` (arguments
+    ``num_inference_steps`` and the scheduler's ``config``)."""
+
+    @functools.wraps(set_timesteps)
+    def call(num_inference_steps, *args, **kwargs):
+        arguments = {"num_inference_steps": num_inference_steps, "config": config}
+        for measure in MEASURES.get("dpm_scheduler.set_timesteps", {}).values():
+            MEASURED["dpm_scheduler.set_timesteps"][measure.name].update(measure.values(arguments))
+        return set_timesteps(num_inference_steps, *args, **kwargs)
 
     return call
 
