@@ -24,6 +24,7 @@ from conformance.strategies.activations import (
     situ_betas,
     situ_linear_betas,
     small_limits,
+    with_limit_edges,
 )
 from conformance.strategies.common import pinned
 from conformance.tolerances import (
@@ -176,7 +177,7 @@ def test_silu_and_mul_matches_oracle(backend, device, recipe):
 @given(recipe=gated_inputs(), limit=pinned("activation.limit", st.one_of(st.none(), clamp_limits())))
 def test_swiglu_step_matches_oracle(backend, device, recipe, limit):
     """swiglu_step_and_mul equals silu(gate).clamp(max=limit) * up.clamp(-limit, limit)."""
-    x = recipe.make(device)
+    x = with_limit_edges(recipe.make(device), limit)  # the limit at T - 1, T, T + 1
     assert_close(
         backend.swiglu_step_and_mul(x, limit=limit),
         oracle.swiglu_step_and_mul(x.cpu(), limit=limit),

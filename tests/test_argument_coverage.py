@@ -224,7 +224,8 @@ def test_each_range_rule_fails_without_its_region(tmp_path_factory):
     record = produced_once(tmp_path_factory, "opconform-argument-record", _record)[RANGES_KEY]
     for rule in ranges.all_rules():
         m = rule.measure
-        taken = {**record, m.op: {**record.get(m.op, {}), m.name: without_region(rule, record.get(m.op, {}).get(m.name, []))}}
+        seen = record.get(m.op, {})
+        taken = {**record, m.op: {**seen, m.name: without_region(rule, seen.get(m.name, []))}}
         assert ranges.unmet(taken, [rule]) == [rule], rule.describe()
 
 

@@ -1,6 +1,6 @@
 """Hypothesis strategies for fused_moe (spec/moe.md, MOE-FUSED, MOE-CLAMP): a ``FusedRecipe`` gives
 its inputs; under a MUST clause the expert forms models run (``fused_model_form``), and the sizes
-reach past the fused kernels' tiles one region at a time (``fused_sizes``, spec/moe.md Ranges).
+reach past the fused kernels' tiles one region at a time (``REGIONS``, spec/moe.md Ranges).
 """
 
 from __future__ import annotations
@@ -83,13 +83,19 @@ REGIONS = ("small", "long", "deep", "wide")
 
 
 @st.composite
-def fused_sizes(draw) -> tuple[int, int, int, int]:
-    """(tokens, hidden, intermediate, experts) of one region."""
+def _region(draw, recipe: FusedRecipe) -> FusedRecipe:
+    """``recipe`` (small sizes) in a drawn region: drawn after the recipe, so that its draws stay."""
     region = draw(st.sampled_from(REGIONS))
-    tokens = draw(st.integers(65, 72) if region == "long" else st.integers(1, 8 if region == "small" else 2))
-    hidden = draw(st.sampled_from((136, 137) if region == "deep" else (8, 16, 24)))
-    inter = draw(st.sampled_from((768, 1408) if region == "wide" else (4, 8, 12)))
-    return tokens, hidden, inter, draw(st.integers(65, 72) if region == "deep" else st.integers(1, 6))
+    if region == "long":
+        return replace(recipe, tokens=draw(st.integers(65, 72)))
+    if region == "deep":
+        experts = draw(st.integers(65, 72))
+        return replace(
+            recipe, tokens=min(recipe.tokens, 2), hidden=draw(st.sampled_from((136, 137))), experts=experts
+        )
+    if region == "wide":
+        return replace(recipe, tokens=min(recipe.tokens, 2), inter=draw(st.sampled_from((768, 1408))))
+    return recipe
 
 
 @st.composite
@@ -97,7 +103,7 @@ def fused_recipes(
     draw, *, limits=(None, 0.5, 1.0, 3.0), dtypes=FLOAT_DTYPES, model_forms=True, **fixed
 ) -> FusedRecipe:
     """fused_moe's inputs; with ``model_forms`` (MUST clauses) only fused_model_form's."""
-    tokens, hidden, inter, experts = draw(fused_sizes())
+    experts = draw(st.integers(1, 6))
     on_input = draw(st.booleans()) if not model_forms or None in limits else False
     swiglu = model_forms and on_input  # Llama-4's SwiGLU, without a limit
     activation = draw(st.sampled_from(("silu", "swiglustep") if swiglu else oracle.ACTIVATIONS))
@@ -107,9 +113,9 @@ def fused_recipes(
         limits = tuple(limit for limit in limits if limit is not None) or (7.0,)
     limit = draw(st.sampled_from(limits))
     recipe = FusedRecipe(
-        tokens=tokens,
-        hidden=hidden,
-        inter=inter,
+        tokens=draw(st.integers(1, 8)),
+        hidden=draw(st.sampled_from((8, 16, 24))),
+        inter=draw(st.sampled_from((4, 8, 12))),
         experts=experts,
         top_k=1 if model_forms and on_input else draw(st.integers(1, min(3, experts))),
         activation=activation,
@@ -122,5 +128,5 @@ def fused_recipes(
         ids_dtype=draw(st.sampled_from((torch.int64, torch.int32))),
         weights_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
     )
-    recipe = replace(recipe, **fixed)
+    recipe = replace(draw(_region(recipe)), **fixed)  # drawn last: the draws above are unchanged
     return recipe if not model_forms or fused_model_form(recipe) else replace(recipe, output_scale=1.0)
