@@ -111,8 +111,7 @@ def test_clamp_order(backend, device, op, rows, half, limit, seed):
     interleaved=pinned("activation.oai_interleaved", st.booleans()),
 )
 def test_swiglu_oai_matches_oracle(backend, device, recipe, alpha, limit, interleaved):
-    """g * sigmoid(alpha g) * (u + 1) with the clamps, on the interleaved or halves layout; up values
-    one ulp below, at and one ulp above the limit."""
+    """g * sigmoid(alpha g) * (u + 1) with the clamps (up also at the limit +- 1 ulp), either layout."""
     x = with_limit_edges(recipe.make(device), limit, interleaved=interleaved)
     options = {"alpha": alpha, "limit": limit, "interleaved": interleaved}
     op = "swiglu_oai_and_mul"
