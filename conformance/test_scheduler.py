@@ -142,6 +142,7 @@ def test_timesteps_and_sigmas_match_oracle(backend, device, config, steps):
     context = describe(backend, device, OP, config=config, steps=steps)
     got = scheduler.timesteps.detach().cpu().tolist()
     want = reference.timesteps.tolist()
+    check_timesteps_dtype(scheduler, clause="DPM-TIMESTEPS", context=context)
     check(got == want, clause="DPM-TIMESTEPS", message=f"{context}: timesteps {got}, expected {want}")
     sigmas = scheduler.sigmas.detach()
     assert_close(
@@ -151,6 +152,12 @@ def test_timesteps_and_sigmas_match_oracle(backend, device, config, steps):
         family="scheduler-sigmas",
         context=f"{context}: sigmas",
     )
+
+
+def check_timesteps_dtype(scheduler, *, clause: str, context: str) -> None:
+    """DPM-TIMESTEPS names int64 timesteps: compared as a list of numbers, a float tensor would pass."""
+    dtype = getattr(scheduler.timesteps, "dtype", type(scheduler.timesteps).__name__)
+    check(dtype == torch.int64, clause=clause, message=f"{context}: timesteps of {dtype}, expected int64")
 
 
 def check_construction(backend, device, config: dict, steps: int) -> None:
@@ -166,6 +173,7 @@ def check_construction(backend, device, config: dict, steps: int) -> None:
         reference = oracle.DPMSolverMultistep(**full)
         reference.set_timesteps(steps)
         got, want = scheduler.timesteps.detach().cpu().tolist(), reference.timesteps.tolist()
+        check_timesteps_dtype(scheduler, clause="DPM-CONSTRUCT", context=context)
         check(got == want, clause="DPM-CONSTRUCT", message=f"{context}: timesteps {got}, expected {want}")
         assert_close(
             scheduler.sigmas.detach(),

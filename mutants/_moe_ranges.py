@@ -1,7 +1,8 @@
-"""MoE mutants wrong only in a region the draws once never reached (spec/moe.md, Ranges; listed by
-``mutants/moe.py``): float32 near-ties closer than a bfloat16 ulp, and fused_moe past its first
-64-token tile. Each conformed while every selection gap stayed 64 tie tolerances wide and fused
-calls had at most 8 tokens; each docstring says the bug, its origin and the clauses that catch it.
+"""MoE mutants wrong only in a region the draws or checks once never reached (spec/moe.md, Ranges;
+listed by ``mutants/moe.py``): float32 near-ties closer than a bfloat16 ulp, fused_moe past its first
+64-token tile, and shared-expert ids of another dtype. Each conformed while every selection gap stayed
+64 tie tolerances wide, fused calls had at most 8 tokens, and MOE-SHARED compared ids as int64; each
+docstring says the bug, its origin and the clauses that catch it.
 """
 
 from __future__ import annotations
@@ -63,4 +64,25 @@ class FusedSecondTileWeights(NativeBackend):
                             output_scale=output_scale)  # fmt: skip
 
 
-BACKENDS = [SelectOnBfloat16Scores(), FusedSecondTileWeights()]
+class SharedIdsPromoted(NativeBackend):
+    """The shared slots' ids are built as an int64 tensor and concatenated to int32 routed ids, so the
+    ids come back int64 (``torch.cat`` promotes): the values right, the dtype the expert dispatch
+    reads as int32 wrong.
+
+    Origin: ``torch.tensor(shared_ids)`` (int64 by default) beside vLLM's int32 top-k ids; the check
+    compared the ids as ``.long()`` and never saw it (rule 3: no comparison discards a named dtype).
+    Caught by: MOE-SHARED.
+    """
+
+    name = "moe-shared-ids-promoted"
+    clauses = {"MOE-SHARED"}
+
+    def append_shared_experts(self, topk_weights, topk_ids, *, shared_ids, rsf_on_output,
+                              routed_scaling_factor):  # fmt: skip
+        w, i = nm.append_shared_experts(topk_weights, topk_ids, shared_ids=shared_ids,
+                                        rsf_on_output=rsf_on_output,
+                                        routed_scaling_factor=routed_scaling_factor)  # fmt: skip
+        return w, i.long()
+
+
+BACKENDS = [SelectOnBfloat16Scores(), FusedSecondTileWeights(), SharedIdsPromoted()]

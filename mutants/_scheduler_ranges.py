@@ -1,8 +1,8 @@
-"""Scheduler mutants wrong only where the draws once never went (spec/scheduler.md, Ranges; listed by
-``mutants/scheduler.py``): DPM-ORDER's threshold at 15 steps, and flow_shift given without
-use_flow_sigmas. Each conformed while no schedule of 15 steps met the context where the threshold
-shows, and flow_shift was 1.0 whenever use_flow_sigmas was off; each docstring says the bug, its
-origin and the clauses that catch it.
+"""Scheduler mutants wrong only where the draws or checks once never went (spec/scheduler.md, Ranges;
+listed by ``mutants/scheduler.py``): DPM-ORDER's threshold at 15 steps, flow_shift given without
+use_flow_sigmas, float timesteps. Each conformed while no schedule of 15 steps met the context where
+the threshold shows, flow_shift was 1.0 whenever use_flow_sigmas was off, and the timesteps were
+compared as numbers; each docstring says the bug, its origin and the clauses that catch it.
 """
 
 from __future__ import annotations
@@ -54,7 +54,24 @@ class FlowSigmasFromShift(PortedScheduler):
         return oracle.DPMSolverMultistep(**config)
 
 
+class TimestepsAsFloat(PortedScheduler):
+    """The timesteps handed back as float32 (the values right): DPM-TIMESTEPS names int64.
+
+    Origin: a port building the schedule with ``torch.linspace`` and never casting it; the check
+    compared the timesteps as a list of numbers, where 999.0 equals 999 (rule 3: no comparison
+    discards a dtype a clause names).
+    Caught by: DPM-TIMESTEPS.
+    """
+
+    clauses = {"DPM-TIMESTEPS"}
+
+    @property
+    def timesteps(self):
+        return self.inner.timesteps.float()
+
+
 BACKENDS = [
     MutantBackend("wrong-lower-order-final-at-15", LowerOrderFinalAtFifteen),
     MutantBackend("wrong-flow-sigmas-from-shift", FlowSigmasFromShift),
+    MutantBackend("wrong-timesteps-as-float", TimestepsAsFloat),
 ]

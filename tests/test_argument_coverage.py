@@ -262,3 +262,63 @@ def test_every_family_states_its_ranges():
         for rule in rules:
             if rule.need == "past":
                 assert str(rule.values[0]) in section, (family, rule.describe())
+
+
+# Rule 3: every comparison with the oracle names the output's dtype (assert_close(dtype=...)), or the
+# function checks it otherwise, or its clause names none. (module, function) -> where or why.
+DTYPE_CHECKED_ELSEWHERE = {
+    ("moe_checks", "judge_routing"): "call_routing checks the weights' dtype (float32 or the logits') first",
+    ("moe_checks", "check_shared"): "check_output and the weights' dtype are checked just before",
+    ("test_activations_clamped", "test_swiglu_oai_interleaved_is_deinterleaved_halves"): "metamorphic",
+    ("test_attention", "compare"): "check_output(dtype=q's, device=q's) first",
+    ("test_attention", "compare_nan"): "check_output(dtype=q's, device=q's) first",
+    ("test_moe", "_same_by_id"): "metamorphic; call_routing checks each routing's dtype",
+    ("test_norms", "test_output_dtype_and_float32_compute"): "dtype, shape and device checked just before",
+    ("test_norms", "test_mixed_dtypes"): "each output's allowed dtypes checked just before",
+    ("test_rope", "test_scores_depend_on_position_differences"): "float64 dot products and norms",
+    ("test_rope", "_check_cos_sin"): "dtype checked just before",
+    (
+        "test_rope_config",
+        "_compare_freq",
+    ): "inv_freq's dtype checked just before; a config reader has no device",
+    ("test_scheduler", "test_trajectory_matches_oracle"): "dtype and device checked just before",
+    ("test_scheduler", "test_sde_third_order_matches_oracle"): "DPM-SDE3 names no dtype (DPM-TRAJ does)",
+    ("test_scheduler", "test_timesteps_and_sigmas_match_oracle"): "sigmas: no dtype named; timesteps checked",
+    ("test_scheduler", "check_construction"): "sigmas: no dtype named; timesteps checked; steps DPM-TRAJ's",
+    ("test_scheduler", "test_signature_filtering_caller_works"): "DPM-SIGNATURE names no dtype",
+    ("test_scheduler", "test_sde_noise_sources"): "DPM-NOISE compares noises; it names no dtype",
+}
+
+
+def comparisons_without_dtype(root) -> set[tuple[str, str]]:
+    """(module, function) of every assert_close call under ``root`` (conformance/) without dtype=."""
+    import ast
+
+    found = set()
+    for path in sorted(root.glob("*.py")):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            for node in ast.walk(function):
+                called = getattr(getattr(node, "func", None), "id", None)
+                if called == "assert_close" and "dtype" not in {k.arg for k in node.keywords}:
+                    found.add((path.stem, function.name))
+    return found
+
+
+def test_no_comparison_discards_a_named_dtype():
+    """Rule 3: a comparison that does not name the output's dtype is listed with where it is checked."""
+    found, listed = comparisons_without_dtype(REPO / "conformance"), set(DTYPE_CHECKED_ELSEWHERE)
+    assert found == listed, (
+        f"name the dtype (assert_close(dtype=...)) or list it: {sorted(found - listed)}; "
+        f"no longer found: {sorted(listed - found)}"
+    )
+
+
+def test_a_comparison_without_dtype_is_found(tmp_path):
+    """A fake module: an assert_close without dtype= is found, one with it is not."""
+    (tmp_path / "test_fake.py").write_text(
+        "def test_a(x):\n    assert_close(x, x, clause='C', context='')\n"
+        "def test_b(x):\n    assert_close(x, x, clause='C', context='', dtype=x.dtype)\n"
+    )
+    assert comparisons_without_dtype(tmp_path) == {("test_fake", "test_a")}
