@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.strategies.ranges import Measure, has, odd, past
+from conformance.strategies.ranges import Measure, config_forms, has, odd, past
 
 GATED = ("gelu_and_mul", "silu_and_mul", "swiglu_step_and_mul", "silu_clamped_and_mul", "swiglu_oai_and_mul",
          "situ_and_mul")  # fmt: skip
@@ -29,21 +29,30 @@ def _limit_edges(arguments: dict):
     return [k for k, v in edges.items() if bool((up == float(v)).any())]
 
 
+def _limit_config_form(arguments: dict):
+    """Rule 5: a list the selection does not read (the other list given), or the read list missing."""
+    config, shared = arguments.get("config"), arguments.get("shared")
+    if not isinstance(config, dict) or not isinstance(shared, bool):
+        return None
+    read = "swiglu_limits_shared" if shared else "swiglu_limits"
+    other = "swiglu_limits" if shared else "swiglu_limits_shared"
+    forms = ["the other list given"] if config.get(other) is not None else []
+    return forms + (["the read list missing"] if read not in config else [])
+
+
 HALF = {op: Measure(op, "intermediate size", _half) for op in GATED}
+EDGES = {op: Measure(op, "up at limit - 1 ulp, limit, + 1 ulp", _limit_edges) for op in CLAMPED}
+LIMIT_CONFIG = Measure("swiglu_limit", "config form", _limit_config_form)
 RULES = [
     *(past(HALF[op], 1024, "vLLM's act_and_mul kernels: one block of 1024 threads a row") for op in GATED),
     odd(HALF["silu_and_mul"]),
     has(HALF["silu_and_mul"], 768, 1408, why="Qwen3-MoE's and DeepSeek-V2-Lite's expert sizes"),
     has(HALF["gelu_and_mul"], 768, 1408, why="Qwen3-MoE's and DeepSeek-V2-Lite's expert sizes"),
-    *(
-        has(
-            Measure(op, "up at limit - 1 ulp, limit, + 1 ulp", _limit_edges),
-            -1,
-            0,
-            1,
-            kind=2,
-            why="the clamp limit at T - 1, T and T + 1",
-        )
-        for op in CLAMPED
+    *(has(EDGES[op], -1, 0, 1, kind=2, why="the clamp limit at T - 1, T and T + 1") for op in CLAMPED),
+    config_forms(
+        LIMIT_CONFIG,
+        "the other list given",
+        "the read list missing",
+        why="ACT-LIMIT-CONFIG: shared selects swiglu_limits_shared, else swiglu_limits",
     ),  # fmt: skip
 ]

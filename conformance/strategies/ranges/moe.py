@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.strategies.ranges import Measure, below, dim, has, odd, past
+from conformance.strategies.ranges import Measure, below, config_forms, dim, has, odd, past
 
 
 def _value(name: str):
@@ -37,6 +37,18 @@ def _kth_gap_in_ulps(dtype_name: str):
     return of
 
 
+def _router_config_form(arguments: dict):
+    """Rule 5: DeepSeek-V2's group keys without group_limited_greedy, and that switch with its keys."""
+    config = arguments.get("config")
+    if not isinstance(config, dict) or config.get("model_type") != "deepseek_v2":
+        return None
+    grouped = config.get("topk_method") == "group_limited_greedy"
+    keys = "n_group" in config or "topk_group" in config
+    if keys and not grouped:
+        return "group keys without group_limited_greedy"
+    return "group_limited_greedy with its keys" if grouped and keys else None
+
+
 EXPERTS = Measure("select_experts", "experts", dim("router_logits", 1))
 TOP_K = Measure("select_experts", "top_k", _value("top_k"))
 GROUPS = Measure("select_experts", "num_groups", _value("num_groups"))
@@ -67,4 +79,10 @@ RULES = [
     past(FUSED_EXPERTS, 64, "moe_align_block_size's paths by expert count"),
     past(SLOTS, 2, "more than two slots a token"),
     has(SHARED_SLOTS, 8, why="DeepSeek-V3's 8 routed slots before its shared one"),
+    config_forms(
+        Measure("moe_router_config", "config form", _router_config_form),
+        "group keys without group_limited_greedy",
+        "group_limited_greedy with its keys",
+        why="MOE-CONFIG: DeepSeek-V2's topk_method switches its groups on",
+    ),  # fmt: skip
 ]

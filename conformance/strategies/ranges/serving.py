@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance.strategies.ranges import Measure, around, dim, has, odd, offsets, past
+from conformance.strategies.ranges import Measure, around, config_forms, dim, has, odd, offsets, past
 
 PARTITION = 512  # vLLM's paged attention v2 partition (SERVE-LONG)
 
@@ -35,6 +35,33 @@ def _group(arguments: dict):
     return int(q.shape[1]) // int(k.shape[-2]) if q is not None and k is not None else None
 
 
+def _field(config, name: str):
+    return config.get(name) if isinstance(config, dict) else getattr(config, name, None)
+
+
+def _max_window_edge(arguments: dict):
+    """Layer l - M for the layers around Qwen's max_window_layers M (layers below M full, from M on
+    sliding, SERVE-LAYER-WINDOWS) that the config has, when its switch is on."""
+    config = arguments.get("config")
+    m, n = _field(config, "max_window_layers"), _field(config, "num_hidden_layers")
+    if not (_field(config, "use_sliding_window") and isinstance(m, int) and isinstance(n, int)):
+        return None
+    return offsets(range(n), m)
+
+
+def _window_config_form(arguments: dict):
+    """Rule 5: Qwen's window keys without use_sliding_window on, and the switch without its keys."""
+    config, forms = arguments.get("config"), []
+    switch = _field(config, "use_sliding_window")
+    if not switch and _field(config, "max_window_layers") is not None:
+        forms.append("max_window_layers without use_sliding_window")
+    if switch is False and _field(config, "sliding_window") is not None:
+        forms.append("sliding_window with use_sliding_window off")
+    if switch and _field(config, "max_window_layers") is None:
+        forms.append("use_sliding_window without max_window_layers")
+    return forms
+
+
 KEYS = Measure("paged_attention", "sequence length", lambda a: max(_lengths(a), default=None))
 QUERIES = Measure("paged_attention", "query rows of a sequence", _queries)
 HEAD_DIM = Measure("paged_attention", "head_dim", dim("q", 2))
@@ -53,5 +80,16 @@ RULES = [
     around(
         Measure("paged_attention", "length - window", _window_edge),
         "SERVE-WINDOW's edge: a window as long as the sequence",
+    ),  # fmt: skip
+    around(
+        Measure("layer_windows", "layer - max_window_layers", _max_window_edge),
+        "SERVE-LAYER-WINDOWS: Qwen's layers from max_window_layers on slide",
+    ),  # fmt: skip
+    config_forms(
+        Measure("layer_windows", "config form", _window_config_form),
+        "max_window_layers without use_sliding_window",
+        "sliding_window with use_sliding_window off",
+        "use_sliding_window without max_window_layers",
+        why="SERVE-LAYER-WINDOWS' switch",
     ),  # fmt: skip
 ]
