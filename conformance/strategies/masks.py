@@ -35,6 +35,8 @@ def make_padding_mask(pattern: str, batch: int, seq_len: int, seed: int) -> torc
 
 # spec/masks.md, Ranges: lengths one past the 128- and 256-key tiles.
 PAST_TILES = (129, 257)
+# WINDOW-CONV's windows: None and sizes; 2047, 2048, 2049 around FIA's 2048 x 2048 compressed mask.
+CONVERTER_WINDOWS = (None, 1, 2, 7, 512, 2047, 2048, 2049, 4096)
 
 
 @dataclass(frozen=True)
