@@ -6,11 +6,10 @@ from conformance.strategies.ranges import Measure, around, dim, has, odd, past
 
 
 def _block_size(arguments: dict) -> int | None:
-    """The page size: dim 1 of an NHD cache, dim 2 of an HND one (its stride the larger)."""
+    """The page size: dim 1 of the [num_blocks, block_size, H, D] cache (an HND cache is passed as
+    that shape's transposed view, KV-LAYOUT)."""
     cache = arguments.get("k_cache")
-    if cache is None or cache.dim() != 4:
-        return None
-    return int(cache.shape[1] if cache.stride(1) >= cache.stride(2) else cache.shape[2])
+    return int(cache.shape[1]) if getattr(cache, "dim", lambda: 0)() == 4 else None
 
 
 def _page_edges(arguments: dict):
