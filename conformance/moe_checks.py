@@ -220,6 +220,14 @@ def check_shared(backend, device, recipe, on_output, shared, w, i, clause: str) 
     context = describe(backend, device, "append_shared_experts", **kw)
     got_w, got_i = backend.append_shared_experts(w, i, **kw)
     want_w, want_i = oracle.append_shared_experts(w.cpu(), i.cpu(), **kw)
+    # MOE-SHARED names the outputs' dtypes: ids of topk_ids' dtype, weights float32 or the input's
+    check_output(got_i, want_i, clause=clause, context=f"{context}: ids", dtype=i.dtype, device=i.device)
+    check_output(got_w, want_w, clause=clause, context=f"{context}: weights", device=w.device)
+    check(
+        got_w.dtype in (torch.float32, w.dtype),
+        clause=clause,
+        message=f"{context}: weights of dtype {got_w.dtype}; expected float32 or the input's {w.dtype}",
+    )
     check(
         torch.equal(got_i.cpu().long(), want_i),
         clause=clause,

@@ -26,6 +26,7 @@ from conformance.strategies.activations import (
     oai_limits,
     situ_betas,
     situ_linear_betas,
+    with_limit_edges,
 )
 from conformance.strategies.common import pinned_draw, seeds
 from conformance.tolerances import oai_up_scale, rounded_atol_scale, situ_bound, situ_up_scale, up_scale
@@ -65,7 +66,7 @@ def _matches_oracle(backend, device, op: str, x, *, clause: str, atol_scale=None
 @given(recipe=gated_inputs(), limit=st.one_of(st.none(), clamp_limits()))
 def test_silu_clamped_matches_oracle(backend, device, recipe, limit):
     """silu_clamped_and_mul equals silu(gate.clamp(max=limit)) * up.clamp(-limit, limit)."""
-    x = recipe.make(device)
+    x = with_limit_edges(recipe.make(device), limit)  # the limit at T - 1, T, T + 1
     op = "silu_clamped_and_mul"
     scale = _clamped_scale(op, x, limit)
     _matches_oracle(backend, device, op, x, clause="ACT-SILU-CLAMPED", atol_scale=scale, limit=limit)
@@ -110,8 +111,8 @@ def test_clamp_order(backend, device, op, rows, half, limit, seed):
     interleaved=pinned_draw("activation.oai_interleaved", st.booleans()),
 )
 def test_swiglu_oai_matches_oracle(backend, device, recipe, alpha, limit, interleaved):
-    """g * sigmoid(alpha g) * (u + 1) with the clamps, on the interleaved or halves layout."""
-    x = recipe.make(device)
+    """g * sigmoid(alpha g) * (u + 1) with the clamps (up also at the limit +- 1 ulp), either layout."""
+    x = with_limit_edges(recipe.make(device), limit, interleaved=interleaved)
     options = {"alpha": alpha, "limit": limit, "interleaved": interleaved}
     op = "swiglu_oai_and_mul"
     scale = rounded_atol_scale(op, x, base=oai_up_scale(x, **options), **options)

@@ -12,7 +12,7 @@ from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.masks import ERRORS
 from conformance.checks import check, describe
 from conformance.strategies.common import row_strided_view, strided_view
-from conformance.strategies.masks import decode_mask_cases, mask_cases
+from conformance.strategies.masks import CONVERTER_WINDOWS, decode_mask_cases, mask_cases
 from reference import masks as oracle
 
 
@@ -174,7 +174,7 @@ FLASH_NO_WINDOW = [(-1, 0), (-1, -1)]
 
 @pytest.mark.clause("WINDOW-CONV")
 @pytest.mark.parametrize("converter", [pytest.param(c, marks=pytest.mark.op(c), id=c) for c in CONVERTERS])
-@pytest.mark.parametrize("sliding_window", [None, 1, 2, 7, 512, 4096])
+@pytest.mark.parametrize("sliding_window", CONVERTER_WINDOWS)
 def test_window_converter(backend, device, converter, sliding_window):
     """A backend's window converter returns exactly the documented value for W; without a window,
     the table fixes only cann_prefill_tokens' pre_tokens (next_tokens is free: a sparse mode may

@@ -25,14 +25,8 @@ from conformance.moe_checks import (
 )
 from conformance.profiles import share_of_examples
 from conformance.strategies.model_pins import expert_sizes, shared_counts, shared_routing
-from conformance.strategies.moe import (
-    FusedRecipe,
-    fused_model_form,
-    fused_recipes,
-    routing_recipes,
-    score_rounding,
-    tie_tolerance,
-)
+from conformance.strategies.moe import routing_recipes, score_rounding, tie_tolerance
+from conformance.strategies.moe_fused import FusedRecipe, fused_model_form, fused_recipes
 from reference import moe as oracle
 from reference.moe_config import DEFAULTS
 

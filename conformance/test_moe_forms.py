@@ -15,13 +15,8 @@ from conformance import profiles
 from conformance.checks import describe
 from conformance.moe_checks import call_routing, check_fused, check_padded_finite, check_routing, check_shared
 from conformance.strategies.model_pins import shared_counts, shared_routing
-from conformance.strategies.moe import (
-    fused_model_form,
-    fused_recipes,
-    model_flags,
-    model_form,
-    routing_recipes,
-)
+from conformance.strategies.moe import model_flags, model_form, routing_recipes
+from conformance.strategies.moe_fused import fused_model_form, fused_recipes
 from reference import moe as oracle
 
 FEW = profiles.should_examples(0.17)  # every property here is a SHOULD one

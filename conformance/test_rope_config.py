@@ -27,6 +27,13 @@ DEEPSEEK_V3 = SimpleNamespace(
     rope_scaling={"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32,
                   "beta_slow": 1, "original_max_position_embeddings": 4096},
 )  # fmt: skip
+# Phi-3-mini-128k's rope (its config.json): LongRoPE over rotary_dim 96, original length 4096 kept
+# outside the dict; factor lists of 48 (shortened here to two values repeated, the switch is the point).
+PHI3_MINI_128K = SimpleNamespace(
+    hidden_size=3072, num_attention_heads=32, max_position_embeddings=131072, rope_theta=10000.0,
+    original_max_position_embeddings=4096,
+    rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1] * 24, "long_factor": [1.5, 2.5] * 24},
+)  # fmt: skip
 # gpt-oss's rope (GptOssConfig's defaults, transformers 5.24): YaRN with truncate=False, flat.
 GPT_OSS = SimpleNamespace(
     head_dim=64, max_position_embeddings=131072,
@@ -115,6 +122,9 @@ def test_dynamic_ntk_length(backend, device, drawn):
 @pytest.mark.op("rope_inv_freq")
 @FEW
 @given(drawn=rope_configs(rope_types=("longrope",)))
+@example(drawn=(PHI3_MINI_128K, 4095, None))  # the switch at T - 1, T and T + 1, always run
+@example(drawn=(PHI3_MINI_128K, 4096, None))
+@example(drawn=(PHI3_MINI_128K, 4097, None))
 def test_longrope_factor_lists(backend, device, drawn):
     """short_factor up to the pretraining length, long_factor past it; the attention factor."""
     _compare_freq(backend, device, drawn, "ROPE-FREQ-LONGROPE")

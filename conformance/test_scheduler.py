@@ -23,6 +23,7 @@ from conformance.strategies.scheduler import (
     SDE,
     TrajectoryRecipe,
     construct_case,
+    order_threshold_trajectories,
     partial_configs,
     sana_trajectory,
     scheduler_configs,
@@ -32,6 +33,7 @@ from conformance.strategies.scheduler import (
 from conformance.tolerances import conversion_magnitude, dpm_atol_scale
 from reference import scheduler as oracle
 
+ORDER_THRESHOLD = order_threshold_trajectories()
 FAMILY = "scheduler"
 OP = "dpm_scheduler"
 STEP_PARAMETERS = [
@@ -80,6 +82,9 @@ def run_trajectory(backend, device, recipe: TrajectoryRecipe, *, clause: str, ba
 @given(recipe=trajectories())
 @example(recipe=sana_trajectory(torch.float32))
 @example(recipe=sana_trajectory(torch.bfloat16))
+@example(recipe=ORDER_THRESHOLD[0])  # DPM-ORDER's threshold at 14, 15 and 16 steps, always run
+@example(recipe=ORDER_THRESHOLD[1])
+@example(recipe=ORDER_THRESHOLD[2])
 def test_trajectory_matches_oracle(backend, device, recipe):
     """Every prev_sample of a whole schedule matches the oracle, in the model dtype, on its device."""
     for index, context, got, want, atol_scale in run_trajectory(backend, device, recipe, clause="DPM-TRAJ"):
@@ -137,6 +142,7 @@ def test_timesteps_and_sigmas_match_oracle(backend, device, config, steps):
     context = describe(backend, device, OP, config=config, steps=steps)
     got = scheduler.timesteps.detach().cpu().tolist()
     want = reference.timesteps.tolist()
+    check_timesteps_dtype(scheduler, clause="DPM-TIMESTEPS", context=context)
     check(got == want, clause="DPM-TIMESTEPS", message=f"{context}: timesteps {got}, expected {want}")
     sigmas = scheduler.sigmas.detach()
     assert_close(
@@ -146,6 +152,12 @@ def test_timesteps_and_sigmas_match_oracle(backend, device, config, steps):
         family="scheduler-sigmas",
         context=f"{context}: sigmas",
     )
+
+
+def check_timesteps_dtype(scheduler, *, clause: str, context: str) -> None:
+    """DPM-TIMESTEPS names int64 timesteps: compared as a list of numbers, a float tensor would pass."""
+    dtype = getattr(scheduler.timesteps, "dtype", type(scheduler.timesteps).__name__)
+    check(dtype == torch.int64, clause=clause, message=f"{context}: timesteps of {dtype}, expected int64")
 
 
 def check_construction(backend, device, config: dict, steps: int) -> None:
@@ -161,6 +173,7 @@ def check_construction(backend, device, config: dict, steps: int) -> None:
         reference = oracle.DPMSolverMultistep(**full)
         reference.set_timesteps(steps)
         got, want = scheduler.timesteps.detach().cpu().tolist(), reference.timesteps.tolist()
+        check_timesteps_dtype(scheduler, clause="DPM-CONSTRUCT", context=context)
         check(got == want, clause="DPM-CONSTRUCT", message=f"{context}: timesteps {got}, expected {want}")
         assert_close(
             scheduler.sigmas.detach(),

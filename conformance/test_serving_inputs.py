@@ -15,8 +15,10 @@ from conformance.strategies.serving import (
     CACHE_LAYOUTS,
     METADATA_LAYOUTS,
     METADATA_VIEWS,
+    PARTITION_EDGES,
     POISONS,
     Q_LAYOUTS,
+    partition_edge_recipe,
     serving_recipes,
     windows,
 )
@@ -39,6 +41,15 @@ def test_long_sequences_match_oracle(backend, device, data, recipe, poison):
     slots poisoned, with or without W: the partitions' partial softmaxes must merge exactly."""
     window = data.draw(windows(recipe), label="sliding_window")
     check_oracle(backend, device, recipe, clause="SERVE-LONG", poison=poison, sliding_window=window)
+
+
+@pytest.mark.clause("SERVE-LONG")
+@pytest.mark.op("paged_attention")
+@pytest.mark.parametrize("length", PARTITION_EDGES)
+def test_partition_edges_match_oracle(backend, device, length):
+    """Sequences one key short of, at and one past a 512-key partition boundary (2048 keys): the last
+    partition full, or holding one key."""
+    check_oracle(backend, device, partition_edge_recipe(length), clause="SERVE-LONG", poison="nan")
 
 
 @pytest.mark.clause("SERVE-LAYOUT")

@@ -24,8 +24,8 @@ class RotaryDim64LastPair(NativeBackend):
     short only when the rotary width fills the kernel's 64-wide tile); every other width is right.
 
     Origin: the field's shape-specific rope bugs (a Triton rope wrong only at head_dim 192,
-    spec/models.md MODEL-RUN): the generic draws (rotary_dim 2..32) never reach 64, Step-3.5's
-    full-attention layers (partial_rotary_factor 0.5 of head_dim 128) always do.
+    spec/models.md MODEL-RUN): the generic draws (rotary_dim 2..32, 96, 128, 256) never take 64,
+    Step-3.5's full-attention layers (partial_rotary_factor 0.5 of head_dim 128) always do.
     Caught by: ROPE-APPLY, ROPE-PARTIAL.
     """
 

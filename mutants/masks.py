@@ -8,6 +8,7 @@ from backends import native
 from backends.native import NativeBackend
 from backends.npu import AscendBackend, emulator_unavailable, fia_heads, load_emulator
 from mutants import named
+from mutants._attention_ranges import BACKENDS as RANGE_BACKENDS
 from reference import attention as attention_oracle
 from reference import masks as mask_oracle
 
@@ -330,3 +331,4 @@ BACKENDS += [
     named(AttentionScaleFromHeadDim, "wrong-attention-scale-from-head-dim"),
     named(AttentionViewsReadAsContiguous, "wrong-attention-views-read-as-contiguous"),
 ]
+BACKENDS += RANGE_BACKENDS  # an output dtype the checks once discarded (spec/attention.md, Ranges)

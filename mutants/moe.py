@@ -10,6 +10,7 @@ from backends import native_moe as nm
 from backends.native import NativeBackend
 from mutants._moe_fused import FUSED_MUTANTS
 from mutants._moe_npu import NPU_MUTANTS
+from mutants._moe_ranges import BACKENDS as RANGE_MUTANTS
 from reference import moe as _moe
 
 PROPERTIES = ["conformance.test_moe", "conformance.test_moe_forms"]
@@ -284,5 +285,5 @@ BACKENDS = [
     RsfDroppedWithRenorm(), SoftmaxForSigmoid(), BiasRoundedToLogitsDtype(), RsfAppliedTwice(),
     MaskedGroupsZero(), GroupScoreMaxForTop2(), WeightsFromBiasedScore(), RenormSkipped(), RenormAlways(),
     TopkSoftmaxForSoftmax(), RenormHugeWeights(), PaddedRowsDuplicateIds(), PaddedRowsNaN(), *FUSED_MUTANTS,
-    *NPU_MUTANTS,
+    *NPU_MUTANTS, *RANGE_MUTANTS,
 ]  # fmt: skip

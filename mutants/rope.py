@@ -12,6 +12,7 @@ from backends.native import NativeBackend
 from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from mutants import _models as model_profiles
 from mutants import _rope_config as config_readers
+from mutants import _rope_ranges as ranges
 from reference.rope import validate_rope_args
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
@@ -321,4 +322,5 @@ BACKENDS = [
     InPlaceWithoutCopy(),
     *config_readers.BACKENDS,  # ROPE-PARAMS, ROPE-FREQ*, ROPE-LAYER, ROPE-SOFTMAX-SCALE
     *model_profiles.BACKENDS,  # wrong only at a model's parameters (spec/models.md, MODEL-BACKEND)
+    *ranges.BACKENDS,  # wrong only past a tile, at a width or a threshold (spec/rope.md, Ranges)
 ]

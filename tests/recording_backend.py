@@ -7,8 +7,10 @@ argument was left out, ``tensor`` for a tensor), and for tensors ``dtype`` and `
 (contiguous or strided). A ``**config`` op records each key as an argument. A float ``scale``
 beside a tensor ``q`` also records ``conventional``: whether it is 1/sqrt(q's last dim), so a suite
 that only ever passes the conventional scale (a kernel ignoring the passed one would conform) is
-found although the value itself varies with the head dim. The record is
-written as JSON to ``$OPCONFORM_RECORD`` when the process exits.
+found although the value itself varies with the head dim. Each call also records the range
+measures of its op (conformance/strategies/ranges: sizes, threshold offsets, near-tie gaps, config
+forms) under ``RANGES_KEY``. The record is written as JSON to ``$OPCONFORM_RECORD`` when the
+process exits.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from hypothesis import settings
 import backends
 from backends.protocols import FAMILIES, OPS
 from conformance import profiles
+from conformance.strategies import ranges
 
 # Loaded as a plugin too (-p recording_backend), so the profile exists before pytest checks
 # --hypothesis-profile: the ci profile's derandomized examples, fewer of them and unshrunk.
@@ -44,6 +47,10 @@ SOURCES = ("native", "npu-emulated", "diffusers")
 OMITTED = "<omitted>"
 # op -> argument -> aspect -> distinct descriptors
 RECORD: dict[str, dict[str, dict[str, set[str]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
+# The range measures: op -> measure name -> distinct values, written under RANGES_KEY (no op's name).
+RANGES_KEY = "(ranges)"
+MEASURES = ranges.measures_by_op(ranges.all_rules())
+MEASURED: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
 
 
 def describe(value) -> dict[str, str]:
@@ -79,6 +86,12 @@ def note(op: str, signature: inspect.Signature, args: tuple, kwargs: dict) -> No
                 RECORD[op][name][aspect].add(seen)
         else:
             RECORD[op][name]["value"].add(OMITTED)
+    arguments = dict(bound.arguments)  # a **config op's keys as its arguments
+    for name, parameter in signature.parameters.items():
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            arguments.update(arguments.pop(name, {}))
+    for measure in MEASURES.get(op, {}).values():
+        MEASURED[op][measure.name].update(measure.values(arguments))
     scale, q = bound.arguments.get("scale"), bound.arguments.get("q")
     if isinstance(scale, float) and isinstance(q, torch.Tensor) and q.dim() > 0 and q.shape[-1] > 0:
         RECORD[op]["scale"]["conventional"].add(str(math.isclose(scale, q.shape[-1] ** -0.5, rel_tol=1e-9)))
@@ -90,7 +103,24 @@ def _recording(op: str, method):
     @functools.wraps(method)
     def call(*args, **kwargs):
         note(op, signature, args, kwargs)
-        return method(*args, **kwargs)
+        result = method(*args, **kwargs)
+        if op == "dpm_scheduler":  # the schedule's length is set_timesteps' (DPM-ORDER's threshold)
+            result.set_timesteps = _measured_set_timesteps(result.set_timesteps, kwargs)
+        return result
+
+    return call
+
+
+def _measured_set_timesteps(set_timesteps, config: dict):
+    """``set_timesteps`` measuring its calls as the op ``dpm_scheduler.set_timesteps`` (arguments
+    ``num_inference_steps`` and the scheduler's ``config``)."""
+
+    @functools.wraps(set_timesteps)
+    def call(num_inference_steps, *args, **kwargs):
+        arguments = {"num_inference_steps": num_inference_steps, "config": config}
+        for measure in MEASURES.get("dpm_scheduler.set_timesteps", {}).values():
+            MEASURED["dpm_scheduler.set_timesteps"][measure.name].update(measure.values(arguments))
+        return set_timesteps(num_inference_steps, *args, **kwargs)
 
     return call
 
@@ -123,6 +153,8 @@ def dump() -> None:
     if path:
         plain = {op: {arg: {a: sorted(s) for a, s in aspects.items()} for arg, aspects in args.items()}
                  for op, args in RECORD.items()}  # fmt: skip
+        plain[RANGES_KEY] = {op: {name: sorted(values, key=repr) for name, values in measured.items()}
+                             for op, measured in MEASURED.items()}  # fmt: skip
         with open(path, "w") as file:
             json.dump(plain, file, indent=1, sort_keys=True)
 

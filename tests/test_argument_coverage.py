@@ -12,10 +12,16 @@ as a value), a tensor's dtype and its layout (contiguous or strided), and for an
 while only that was drawn). An argument always a tensor has no value aspect. ``HOLDOUTS`` lists
 the known exceptions, each with its reason; the table must equal what the run finds, so a new
 constant argument fails, and so does a holdout once fixed (remove its row).
+
+The same recording checks the range rules (conformance/strategies/ranges, spec/README.md Ranges):
+every family's sizes past the field's tiles, odd and real non-powers of two, thresholds at T - 1, T
+and T + 1, low-precision near-ties and config keys without their switches; each rule is shown to
+fail on the recording with its region taken out.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -24,6 +30,9 @@ import sys
 from suite_runner import REPO, produced_once
 
 from backends.protocols import OPS
+from conformance.strategies import ranges
+
+RANGES_KEY = "(ranges)"  # tests/recording_backend.py's key of the range measures
 
 # (op, argument, aspect) -> why it is constant today; "*"/"called": no built-in backend has the op
 # (WINDOW-CONV parametrizes its sliding_window over None and five windows for whoever has it).
@@ -194,3 +203,122 @@ def test_the_recording_names_arguments_as_the_protocol_does():
     ] == {"contiguous"}
     assert recorded["rms_norm"]["eps"]["value"] == {"float:1e-06"}
     rec.RECORD.clear()
+
+
+def test_every_range_rule_is_met(tmp_path_factory):
+    """The suite's draws meet every family's range rules (conformance/strategies/ranges)."""
+    record = produced_once(tmp_path_factory, "opconform-argument-record", _record)[RANGES_KEY]
+    missed = [f"{r.describe()}; seen {record.get(r.measure.op, {}).get(r.measure.name, [])[:12]}"
+              for r in ranges.unmet(record, ranges.all_rules())]  # fmt: skip
+    assert not missed, "draws miss a range (spec/README.md, Ranges):\n" + "\n".join(missed)
+
+
+def without_region(rule: ranges.Rule, seen: list) -> list:
+    """``seen`` without the values that meet ``rule`` (each value of a ``has`` rule)."""
+    return [v for v in seen if v not in rule.values and not rule.met([v])]
+
+
+def test_each_range_rule_fails_without_its_region(tmp_path_factory):
+    """Every rule, on the suite's recording with its region taken out, is unmet: no rule holds
+    whatever is drawn."""
+    record = produced_once(tmp_path_factory, "opconform-argument-record", _record)[RANGES_KEY]
+    for rule in ranges.all_rules():
+        m = rule.measure
+        seen = record.get(m.op, {})
+        taken = {**record, m.op: {**seen, m.name: without_region(rule, seen.get(m.name, []))}}
+        assert ranges.unmet(taken, [rule]) == [rule], rule.describe()
+
+
+def test_an_unmet_range_rule_is_found():
+    """A fake recording: a size never past its tile, no odd size, a threshold never at T + 1, no
+    near-tie and a config form never drawn are each found; the met rules are not."""
+    tokens = ranges.Measure("op", "tokens", ranges.dim("x", 0))
+    offset = ranges.Measure("op", "offset", lambda a: None)
+    gap = ranges.Measure("op", "gap", lambda a: None)
+    form = ranges.Measure("other", "form", lambda a: None)
+    rules = [ranges.past(tokens, 256, "tile"), ranges.odd(tokens), ranges.has(tokens, 96, why="Phi-3"),
+             ranges.around(offset, "switch"), ranges.below(gap, 1.0, "ulp"),
+             ranges.config_forms(form, "key without switch", why="rule 5")]  # fmt: skip
+    record = {"op": {"tokens": [2, 96, 256], "offset": [-1, 0], "gap": [1.0, 3.5]}}
+    assert ranges.unmet(record, rules) == [rules[0], rules[1], rules[3], rules[4], rules[5]]
+    record = {"op": {"tokens": [3, 96, 257], "offset": [-1, 0, 1], "gap": [0.25]},
+              "other": {"form": ["key without switch"]}}  # fmt: skip
+    assert ranges.unmet(record, rules) == []
+
+
+def test_every_family_states_its_ranges():
+    """Each of the nine families has range rules, and its spec's Ranges section names every size
+    a ``past`` rule reaches beyond."""
+    from conformance import spec_index
+
+    by_family = {
+        f: importlib.import_module(f"conformance.strategies.ranges.{f}").RULES for f in ranges.FAMILIES
+    }
+    for family, rules in by_family.items():
+        assert rules, family
+        text = (spec_index.spec_dir() / f"{family}.md").read_text()
+        assert "\n## Ranges\n" in text, family
+        section = text.split("\n## Ranges\n", 1)[1].split("\n## ", 1)[0]
+        for rule in rules:
+            if rule.need == "past":
+                assert str(rule.values[0]) in section, (family, rule.describe())
+
+
+# Rule 3: every comparison with the oracle names the output's dtype (assert_close(dtype=...)), or the
+# function checks it otherwise, or its clause names none. (module, function) -> where or why.
+DTYPE_CHECKED_ELSEWHERE = {
+    ("moe_checks", "judge_routing"): "call_routing checks the weights' dtype (float32 or the logits') first",
+    ("moe_checks", "check_shared"): "check_output and the weights' dtype are checked just before",
+    ("test_activations_clamped", "test_swiglu_oai_interleaved_is_deinterleaved_halves"): "metamorphic",
+    ("test_attention", "compare"): "check_output(dtype=q's, device=q's) first",
+    ("test_attention", "compare_nan"): "check_output(dtype=q's, device=q's) first",
+    ("test_moe", "_same_by_id"): "metamorphic; call_routing checks each routing's dtype",
+    ("test_norms", "test_output_dtype_and_float32_compute"): "dtype, shape and device checked just before",
+    ("test_norms", "test_mixed_dtypes"): "each output's allowed dtypes checked just before",
+    ("test_rope", "test_scores_depend_on_position_differences"): "float64 dot products and norms",
+    ("test_rope", "_check_cos_sin"): "dtype checked just before",
+    (
+        "test_rope_config",
+        "_compare_freq",
+    ): "inv_freq's dtype checked just before; a config reader has no device",
+    ("test_scheduler", "test_trajectory_matches_oracle"): "dtype and device checked just before",
+    ("test_scheduler", "test_sde_third_order_matches_oracle"): "DPM-SDE3 names no dtype (DPM-TRAJ does)",
+    ("test_scheduler", "test_timesteps_and_sigmas_match_oracle"): "sigmas: no dtype named; timesteps checked",
+    ("test_scheduler", "check_construction"): "sigmas: no dtype named; timesteps checked; steps DPM-TRAJ's",
+    ("test_scheduler", "test_signature_filtering_caller_works"): "DPM-SIGNATURE names no dtype",
+    ("test_scheduler", "test_sde_noise_sources"): "DPM-NOISE compares noises; it names no dtype",
+}
+
+
+def comparisons_without_dtype(root) -> set[tuple[str, str]]:
+    """(module, function) of every assert_close call under ``root`` (conformance/) without dtype=."""
+    import ast
+
+    found = set()
+    for path in sorted(root.glob("*.py")):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            for node in ast.walk(function):
+                called = getattr(getattr(node, "func", None), "id", None)
+                if called == "assert_close" and "dtype" not in {k.arg for k in node.keywords}:
+                    found.add((path.stem, function.name))
+    return found
+
+
+def test_no_comparison_discards_a_named_dtype():
+    """Rule 3: a comparison that does not name the output's dtype is listed with where it is checked."""
+    found, listed = comparisons_without_dtype(REPO / "conformance"), set(DTYPE_CHECKED_ELSEWHERE)
+    assert found == listed, (
+        f"name the dtype (assert_close(dtype=...)) or list it: {sorted(found - listed)}; "
+        f"no longer found: {sorted(listed - found)}"
+    )
+
+
+def test_a_comparison_without_dtype_is_found(tmp_path):
+    """A fake module: an assert_close without dtype= is found, one with it is not."""
+    (tmp_path / "test_fake.py").write_text(
+        "def test_a(x):\n    assert_close(x, x, clause='C', context='')\n"
+        "def test_b(x):\n    assert_close(x, x, clause='C', context='', dtype=x.dtype)\n"
+    )
+    assert comparisons_without_dtype(tmp_path) == {("test_fake", "test_a")}

@@ -12,6 +12,7 @@ from suite_runner import outcomes, run_suite
 from conformance.bad_input import check_backend_raises
 from conformance.bad_input.activations import ERRORS
 from conformance.checks import ConformanceError
+from conformance.strategies.masks import CONVERTER_WINDOWS
 from reference.serving import window_keys
 
 WIDE_NEXT_TOKENS = """
@@ -232,16 +233,23 @@ def test_wrong_dtype_activation_fails_the_property_clause(tmp_path):
 def test_window_conv_leaves_next_tokens_free_without_a_window(window_demands):
     """WINDOW-CONV: cann_prefill_tokens(None) with a large next_tokens conforms (only pre_tokens is fixed)."""
     counts = outcomes(window_demands, "wide-next-tokens")
-    assert counts.get("passed") == 6 and "failed" not in counts, (counts, window_demands["stdout"])
+    assert counts.get("passed") == len(CONVERTER_WINDOWS) and "failed" not in counts, (
+        counts,
+        window_demands["stdout"],
+    )
 
 
 def test_window_conv_accepts_flash_attentions_unbounded_no_window(window_demands):
     """WINDOW-CONV: flash_attention_window(None) = (-1, -1) (vLLM's spelling) conforms; (-1, 1) fails
     its None case only."""
+    windows = len(CONVERTER_WINDOWS)
     counts = outcomes(window_demands, "flash-no-window-unbounded")
-    assert counts.get("passed") == 6 and "failed" not in counts, (counts, window_demands["stdout"])
+    assert counts.get("passed") == windows and "failed" not in counts, (counts, window_demands["stdout"])
     counts = outcomes(window_demands, "flash-no-window-right-open")
-    assert counts.get("passed") == 5 and counts.get("failed") == 1, (counts, window_demands["stdout"])
+    assert counts.get("passed") == windows - 1 and counts.get("failed") == 1, (
+        counts,
+        window_demands["stdout"],
+    )
 
 
 class _Raises:

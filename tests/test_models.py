@@ -191,8 +191,9 @@ def test_unpinned_strategies_are_the_generic_objects():
 @given(recipe=rope_recipes())
 @settings(max_examples=40, database=None)
 def test_generic_rope_draws_never_reach_rotary_dim_64(recipe):
-    """Why the model mutant needs its profile: the generic rope draws stay below rotary_dim 64."""
-    assert recipe.rotary_dim < model_mutants.TILE
+    """Why the model mutant needs its profile: the generic rope draws never take rotary_dim 64
+    (they reach past it, spec/rope.md Ranges, but not that width)."""
+    assert recipe.rotary_dim != model_mutants.TILE
 
 
 def test_pinned_rope_draws_are_the_models_layer_kinds():

@@ -91,7 +91,10 @@ def test_failure_records_hold_verdict_example_violation_and_rerun(document):
     cases = {(r["backend"], r["nodeid"].split("::")[1].split("[")[0]): r for r in failures}
     geglu = cases["accepting", "test_geglu_matches_oracle"]["failure"]
     assert geglu["message"].startswith("[ACT-GEGLU] gelu_and_mul on backend 'accepting' @ cpu")
-    assert geglu["example"]["arguments"]["recipe"].startswith("TensorRecipe(shape=(2,)")
+    # the shrunk shape itself is the strategy's business (its size regions, spec/README.md Ranges)
+    assert re.match(r"TensorRecipe\(shape=\(\d+,\)", geglu["example"]["arguments"]["recipe"]), geglu[
+        "example"
+    ]
     assert geglu["example"]["reproduce_failure"].startswith("@reproduce_failure(")
     violation = geglu["largest_violation"]
     assert violation["abs_error"] > violation["allowed"] and violation["got"] != violation["expected"]

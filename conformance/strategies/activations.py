@@ -15,6 +15,8 @@ from conformance.strategies import model_pins
 from conformance.strategies.common import FLOAT_DTYPES, seeds
 
 LAYOUTS = ("contiguous", "strided", "transposed")
+# spec/activations.md, Ranges: Qwen3-MoE's and DeepSeek-V2-Lite's expert intermediate sizes.
+MODEL_INTERMEDIATE = (768, 1408)
 
 # ACT-GEGLU-MODES: |gelu_erf - gelu_tanh| is above 3e-5 on most of 1 <= |x| <= 3.5 (4.7e-4 near
 # 2.7): far outside the float32 tolerance, so a swapped mode flag is visible there.
@@ -83,7 +85,8 @@ def as_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
 @st.composite
 def gated_shapes(draw, *, max_rank: int = 4, max_numel: int = 1 << 16) -> tuple:
     """Shapes [..., 2h] of rank 1..max_rank with an even last dim from 2 to 4096."""
-    half = draw(st.one_of(st.integers(1, 64), st.integers(65, min(2048, max_numel // 2))))
+    half = draw(st.one_of(st.integers(1, 64), st.integers(65, min(2048, max_numel // 2)),
+                          st.sampled_from(MODEL_INTERMEDIATE)))  # fmt: skip
     lead = draw(st.lists(st.integers(1, 6), min_size=0, max_size=max_rank - 1))
     while lead and math.prod(lead) * 2 * half > max_numel:
         lead.pop()
@@ -108,6 +111,22 @@ def gated_inputs(
         distribution=distribution,
         layout=draw(st.sampled_from(layouts)),
     )
+
+
+def with_limit_edges(x: torch.Tensor, limit: float | None, *, interleaved: bool = False) -> torch.Tensor:
+    """x with its first row's up values set to limit - 1 ulp, limit and limit + 1 ulp in x's dtype,
+    and their negatives, as many as fit (spec/activations.md, Ranges: the clamp's threshold at T - 1, T
+    and T + 1); in place, so a view stays one. Unchanged without a limit."""
+    if limit is None:
+        return x
+    t = torch.tensor(float(limit), dtype=x.dtype)
+    edges = [torch.nextafter(t, torch.zeros_like(t)), t, torch.nextafter(t, torch.full_like(t, float("inf")))]
+    values = torch.stack(edges + [-e for e in edges]).to(x.device)
+    up = x[..., 1::2] if interleaved else x[..., x.shape[-1] // 2 :]
+    row = up[(0,) * (up.dim() - 1)]  # the first row's up values: a view of x
+    n = min(len(values), row.numel())
+    row[:n] = values[:n]
+    return x
 
 
 def clamp_limits(*, low: float = 1 / 8, high: float = 20.0):

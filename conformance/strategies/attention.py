@@ -14,8 +14,15 @@ from hypothesis import strategies as st
 from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
 
 ATTENTION_DTYPES = FLOAT_DTYPES
-HEAD_DIMS = (16, 32, 64, 128, 256)
-GQA_RATIOS = (1, 2, 4)
+HEAD_DIMS = (16, 32, 64, 80, 96, 128, 256)
+GQA_RATIOS = (1, 2, 3, 4)
+# spec/attention.md, Ranges: each draw one region: small head dims; the models' 80 (Phi-2) and 96
+# (Phi-3) inside FlashAttention's 128-wide head tile; its widest, 256; or a length past the 128-row
+# tiles (prefill) or the 512-key split-KV partitions (a decode's cache), drawn cheap (one sequence,
+# one kv head, head dim 16 or 32).
+REGIONS = {"small": (16, 32, 64, 128), "model": (80, 96), "wide": (256,), "long": (16, 32)}
+PAST_TILES = (129, 130)
+PAST_PARTITIONS = (513, 1025)
 # ATTN-SCALE: the scales the field passes, as ratios to 1/sqrt(D). DeepSeek-V3's absorbed MLA decode
 # attends with D = kv_lora_rank + rope = 576 at the model's 1/sqrt(nope + rope = 192); its YaRN
 # scaling multiplies the scale by mscale^2, mscale = 0.1 ln(factor 40) + 1.
@@ -97,17 +104,20 @@ def attention_recipes(
     max_scale_ratio: float = 2.0,
     layouts=LAYOUTS,
 ) -> AttentionRecipe:
-    """Shapes with head dims 16..256 and GQA ratios 1, 2, 4; total size kept small; the softmax scale
+    """Shapes of one REGIONS region, GQA ratios 1 to 4; total size kept small; the softmax scale
     (``softmax_scales``) and the layout drawn too."""
-    kv_len = draw(st.one_of(st.integers(1, 8), st.integers(9, max_len)))
-    kv_heads = draw(st.integers(1, 2))
-    head_dim = draw(st.sampled_from(HEAD_DIMS))
-    batch = draw(st.integers(1, 3 if head_dim <= 64 else 2))
+    region = draw(st.sampled_from(("small", *REGIONS)))  # small ones in two draws of five
+    cheap = region == "long"
+    long = st.sampled_from(PAST_PARTITIONS if q_len == 1 else PAST_TILES)
+    kv_len = draw(long if cheap else st.one_of(st.integers(1, 8), st.integers(9, max_len)))
+    kv_heads = 1 if cheap else draw(st.integers(1, 2))
+    head_dim = draw(st.sampled_from(REGIONS[region]))
+    batch = 1 if cheap else draw(st.integers(1, 3 if head_dim <= 64 else 2))
     recipe = AttentionRecipe(
         batch=batch,
         q_heads=kv_heads * draw(st.sampled_from(GQA_RATIOS)),
         kv_heads=kv_heads,
-        q_len=kv_len if same_len else (q_len or draw(st.integers(1, max_len))),
+        q_len=kv_len if same_len else (q_len or draw(st.integers(1, min(max_len, 16) if cheap else max_len))),
         kv_len=kv_len,
         head_dim=head_dim,
         dtype=draw(st.sampled_from(dtypes)),

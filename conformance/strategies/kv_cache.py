@@ -23,7 +23,7 @@ PAGE_SIZES = (1, 16, 32, 64, 128, 256)
 SMALL_PAGES = (1, 2, 3, 16)  # the properties that are not about the page size: small pools
 KEY_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # (Dk, Dv): equal, and MLA-like 192/128 with small look-alikes (KV-HEAD-DIMS).
-SAME_DIMS = ((4, 4), (8, 8), (16, 16))
+SAME_DIMS = ((4, 4), (8, 8), (16, 16), (96, 96))  # spec/kv_cache.md, Ranges: Phi-3's 96
 MIXED_DIMS = ((192, 128), (12, 8), (8, 12), (16, 4))
 # KV-KEY-ONLY: DeepSeek's latent 576 = 512 + 64, and small caches with the same 8:1 split.
 LATENT_DIMS = (576, 72, 18, 9)

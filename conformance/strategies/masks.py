@@ -34,6 +34,12 @@ def make_padding_mask(pattern: str, batch: int, seq_len: int, seed: int) -> torc
     raise ValueError(f"pattern must be one of {PADDING_PATTERNS}, got {pattern!r}")
 
 
+# spec/masks.md, Ranges: lengths one past the 128- and 256-key tiles.
+PAST_TILES = (129, 257)
+# WINDOW-CONV's windows: None and sizes; 2047, 2048, 2049 around FIA's 2048 x 2048 compressed mask.
+CONVERTER_WINDOWS = (None, 1, 2, 7, 512, 2047, 2048, 2049, 4096)
+
+
 @dataclass(frozen=True)
 class MaskCase:
     """An encoder-mask input: seq_len, window (None or 1..S+2), and a padding recipe."""
@@ -49,17 +55,17 @@ class MaskCase:
 
 
 def windows(seq_len: int):
-    """None, W = 1, W >= S (S, S + 1, S + 2) and anything between."""
+    """None, W = 1, the edge W = S - 1, S, S + 1 (and S + 2), and anything between."""
     return st.one_of(
         st.none(),
-        st.sampled_from(sorted({1, seq_len, seq_len + 1, seq_len + 2})),
+        st.sampled_from(sorted({1, max(1, seq_len - 1), seq_len, seq_len + 1, seq_len + 2})),
         st.integers(1, seq_len + 2),
     )
 
 
 @st.composite
 def mask_cases(draw, *, max_seq_len: int = 300, paddings=PADDING_PATTERNS) -> MaskCase:
-    seq_len = draw(st.one_of(st.integers(1, 16), st.integers(17, max_seq_len)))
+    seq_len = draw(st.one_of(st.integers(1, 16), st.integers(17, max_seq_len), st.sampled_from(PAST_TILES)))
     return MaskCase(
         seq_len=seq_len,
         sliding_window=draw(model_pins.encoder_windows(windows(seq_len))),
@@ -72,10 +78,11 @@ def mask_cases(draw, *, max_seq_len: int = 300, paddings=PADDING_PATTERNS) -> Ma
 @st.composite
 def decode_mask_cases(draw, *, max_kv_len: int = 300) -> tuple[torch.Tensor, int, int]:
     """(seq_lens, kv_len, window): lengths 1..kv_len, including L = 1 and L = kv_len."""
-    kv_len = draw(st.one_of(st.integers(1, 16), st.integers(17, max_kv_len)))
-    lengths = draw(
-        st.lists(st.one_of(st.just(1), st.just(kv_len), st.integers(1, kv_len)), min_size=1, max_size=4)
-    )
-    window = draw(st.one_of(st.sampled_from(sorted({1, kv_len, kv_len + 1})), st.integers(1, kv_len + 2)))
+    kv_len = draw(st.one_of(st.integers(1, 16), st.integers(17, max_kv_len), st.sampled_from(PAST_TILES)))
+    edge = sorted({1, max(1, kv_len - 1), kv_len, kv_len + 1})  # W = L - 1, L, L + 1 for L = kv_len
+    window = draw(st.one_of(st.sampled_from(edge), st.integers(1, kv_len + 2)))
+    near = [n for n in (window - 1, window, window + 1) if 1 <= n <= kv_len] or [kv_len]  # the edge
+    length = st.one_of(st.just(1), st.just(kv_len), st.integers(1, kv_len), st.sampled_from(near))
+    lengths = near + draw(st.lists(length, min_size=0, max_size=3))
     # MASK-SWA-DECODE: any integer dtype (serving metadata is int32)
     return torch.tensor(lengths, dtype=draw(st.sampled_from((torch.int64, torch.int32)))), kv_len, window

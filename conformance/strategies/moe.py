@@ -9,8 +9,7 @@ Under a MUST clause only the routing forms released models use are drawn (``mode
 MOE-SELECT): groups with softmax and no bias (group score "max") or sigmoid with a bias ("top2_sum"),
 each form with the renormalisation and factor its models' routers take (``model_flags``), and
 contiguous tensors; the other combinations and the views are MOE-COMBOS' and MOE-VIEWS' (SHOULD).
-A ``FusedRecipe`` gives fused_moe's inputs; under a MUST clause the expert forms models run
-(``fused_model_form``).
+fused_moe's inputs are ``conformance.strategies.moe_fused``'s.
 """
 
 from __future__ import annotations
@@ -21,12 +20,18 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from conformance.strategies import model_pins
 from conformance.strategies.common import FLOAT_DTYPES, pinned_values, seeds
 from reference import moe as oracle
 
 # MOE-TIES: a selection gap must be this many float32 tie tolerances wide to be drawn.
 MARGIN = 64
+# Ungrouped expert counts (spec/moe.md, Ranges): odd, Step-3.5's 288, Kimi-K2's 384, and past the
+# top-k kernels' largest specialisation (512).
+EXPERTS = (4, 6, 16, 33, 64, 288, 384, 544)
+LOW_PRECISION_EXPERTS = 288  # more distinct logits than that do not fit the grid in bfloat16 (MOE-TIES)
+# MOE-TIES' near-ties (spec/moe.md, Ranges): at least twice MARGIN tie tolerances apart.
+NEAR_TIE_MARGIN = 2 * MARGIN
+NEAR_TIES = (1 / 8, 1 / 32)  # of a bfloat16 ulp: both round to one bfloat16 (and float16 at 1/32)
 # MOE-BIAS: the bfloat16 bias's choice must lose this many tie tolerances (scores in the logits' dtype
 # included) in some token, so that a router rounding both scores and bias is caught too.
 FLIP_MARGIN = 2
@@ -78,6 +83,12 @@ def score_rounding(scores: torch.Tensor, *, scoring: str, logits_dtype: torch.dt
     return torch.ldexp(torch.full_like(top, eps / 4), exponent)
 
 
+def spacing(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The distance from |values| to the next larger number of ``dtype`` (its ulp there), float64."""
+    _, exponent = torch.frexp(values.detach().double().abs())  # v = m 2^e, m in [0.5, 1)
+    return torch.ldexp(torch.full_like(values, torch.finfo(dtype).eps, dtype=torch.float64), exponent - 1)
+
+
 def tie_tolerance(selection: torch.Tensor, rounding: torch.Tensor | float = 0.0) -> torch.Tensor:
     """MOE-TIES: how far apart two selection scores may be that a correct router still orders either
     way: 8 float32 unit roundoffs of max(1, |sel|), plus twice ``rounding`` (score_rounding: each
@@ -104,6 +115,9 @@ class RoutingRecipe:
     tie: bool = False  # MOE-TIES: the k-th and (k+1)-th logits made exactly equal
     strided: bool = False
     require_flip: bool = False  # MOE-BIAS: the bias rounded to bfloat16 must change a selection
+    # MOE-TIES (spec/moe.md, Ranges): float32 logits without a bias, each row's (k+1)-th selection
+    # score this fraction of a bfloat16 ulp below the k-th (at least NEAR_TIE_MARGIN tie tolerances)
+    near_tie: float | None = None
 
     @property
     def options(self) -> dict:
@@ -136,7 +150,46 @@ class RoutingRecipe:
             order = logits.double().argsort(dim=-1, descending=True)
             rows = torch.arange(self.tokens)
             logits[rows, order[:, self.top_k]] = logits[rows, order[:, self.top_k - 1]]
+        elif self.near_tie and bias is None and self.dtype == torch.float32 and self.num_groups == 1:
+            logits = self._near_tie(logits) if self.top_k < self.experts else logits
         return logits, bias
+
+    def _near_tie(self, logits):
+        """Each row's k-th and (k+1)-th experts given the selection scores v and v - g: v a bfloat16
+        number near the k-th score (not a power of two), g ``near_tie`` of its ulp (at least
+        NEAR_TIE_MARGIN tie tolerances; spec/moe.md, Ranges), so that both round to v; the winner at
+        the higher expert index in even rows and the lower in odd ones, so that a router choosing on
+        rounded scores sees a tie and either index order of breaking it loses a row."""
+        x, rows, options = logits.double(), torch.arange(self.tokens), dict(scoring=self.scoring)
+        sel = oracle.selection_scores(x, **options, correction_bias=None)[1]
+        order = sel.argsort(-1, descending=True)
+        i, j = order[:, self.top_k - 1], order[:, self.top_k]
+        i, j = torch.where((i > j) == (rows % 2 == 0), i, j), torch.where((i > j) == (rows % 2 == 0), j, i)
+        value = sel.sort(-1, descending=True).values[:, self.top_k - 1].to(torch.bfloat16).double()
+        if self.scoring == "softmax":  # two softmax scores near v need v < 1/2: 7/16 for a dominant top-1
+            value = value.clamp_max(0.4375)
+        power = torch.frexp(value)[0].abs() == 0.5  # a finer spacing below a power of two
+        value = torch.where(power, value - spacing(value, torch.bfloat16) / 2, value)
+        gap = spacing(value, torch.bfloat16) * self.near_tie
+        gap = gap.clamp_min(NEAR_TIE_MARGIN * float(tie_tolerance(sel).max()))  # _judgeable's tolerance
+        if self.scoring == "topk_softmax":
+            x[rows, i], x[rows, j] = value, value - gap
+            return x.to(self.dtype)
+        a, b = value, value - gap
+        if self.scoring == "sigmoid":
+            fits, top, low = (
+                (0 < b) & (a < 1),
+                torch.logit(a.clamp(1e-9, 1 - 1e-9)),
+                torch.logit(b.clamp(1e-9)),
+            )
+        else:  # softmax: e^l = s Z with Z = (the others' sum) / (1 - a - b)
+            others = x.clone()
+            others[rows, i] = others[rows, j] = float("-inf")
+            scale = others.logsumexp(-1) - torch.log1p(-(a + b).clamp_max(1 - 1e-9))
+            fits, top, low = (0 < b) & (a + b < 1), a.log() + scale, b.clamp_min(1e-300).log() + scale
+        x[rows, i] = torch.where(fits, top, x[rows, i])
+        x[rows, j] = torch.where(fits, low, x[rows, j])
+        return x.to(self.dtype)
 
     def _judgeable(self, logits, bias) -> bool:
         scores, sel = oracle.selection_scores(logits, scoring=self.scoring, correction_bias=bias)
@@ -209,19 +262,20 @@ def routing_recipes(
     num_groups = (
         1
         if not groupable or grouped is False
-        else draw(st.sampled_from((1, 2, 4) if grouped is None else (2, 4)))
+        else draw(st.sampled_from((1, 2, 4, 8) if grouped is None else (2, 4, 8)))
     )
     per_group = draw(st.sampled_from((2, 4, 8)))
-    experts = num_groups * per_group if num_groups > 1 else draw(st.sampled_from((4, 6, 16, 33, 64)))
+    experts = num_groups * per_group if num_groups > 1 else draw(st.sampled_from(EXPERTS))
     topk_group = draw(st.integers(1, num_groups))
-    top_k = draw(st.integers(1, min(6, topk_group * (experts // num_groups))))
+    top_k = draw(st.integers(1, min(10, topk_group * (experts // num_groups))))
+    dtype = draw(st.sampled_from(dtypes))
     group_score = draw(st.sampled_from(oracle.GROUP_SCORES)) if per_group >= 2 else "max"
     if model_forms and num_groups > 1:
         group_score = tied_group_score(bias)
     flags = {"renormalize": renormalize, "routed_scaling_factor": factors}
     recipe = RoutingRecipe(
         tokens=draw(st.integers(1, 6)),
-        experts=experts,
+        experts=experts if dtype == torch.float32 else min(experts, LOW_PRECISION_EXPERTS),
         top_k=top_k,
         scoring=scoring,
         renormalize=renormalize[0] if model_forms else draw(st.sampled_from(renormalize)),
@@ -229,11 +283,12 @@ def routing_recipes(
         topk_group=topk_group,
         group_score=group_score,
         routed_scaling_factor=factors[0] if model_forms else draw(st.sampled_from(factors)),
-        dtype=draw(st.sampled_from(dtypes)),
+        dtype=dtype,
         seed=draw(seeds(20)),
         bias=bias,
         # MOE-BIAS: every model keeps its bias in float32; a bfloat16 one is MOE-COMBOS'
         bias_dtype=torch.float32 if model_forms else draw(st.sampled_from((torch.float32, torch.bfloat16))),
+        near_tie=draw(st.sampled_from(NEAR_TIES)),
     )
     if not model_forms:
         return replace(recipe, **fixed)
@@ -262,99 +317,3 @@ def _model_routing(recipe, scorings, grouped, renormalize) -> dict:
                     "scoring": scoring, "renormalize": renorm, "bias": bias,
                     "group_score": tied_group_score(bias)}  # fmt: skip
     return {}
-
-
-@dataclass(frozen=True)
-class FusedRecipe:
-    tokens: int
-    hidden: int
-    inter: int
-    experts: int
-    top_k: int
-    activation: str
-    limit: float | None
-    on_input: bool
-    output_scale: float
-    dtype: torch.dtype
-    seed: int
-    x_scale: float = 1.0
-    ids_dtype: torch.dtype = torch.int64
-    strided: bool = False
-    weights_dtype: torch.dtype = torch.float32
-
-    @property
-    def options(self) -> dict:
-        return dict(
-            activation=self.activation,
-            limit=self.limit,
-            apply_router_weight_on_input=self.on_input,
-            output_scale=self.output_scale,
-        )
-
-    def make(self, device="cpu"):
-        """(x, w13, w2, topk_weights float32, topk_ids) with distinct ids per token."""
-        gen = torch.Generator().manual_seed(self.seed)
-        x = torch.randn(self.tokens, self.hidden, generator=gen, dtype=torch.float64) * self.x_scale
-        w13 = torch.randn(self.experts, 2 * self.inter, self.hidden, generator=gen, dtype=torch.float64)
-        w2 = torch.randn(self.experts, self.hidden, self.inter, generator=gen, dtype=torch.float64)
-        w13, w2 = w13 / self.hidden**0.5, w2 / self.inter**0.5
-        weights = (torch.rand(self.tokens, self.top_k, generator=gen) + 0.05).to(self.weights_dtype)
-        ids = torch.stack(
-            [torch.randperm(self.experts, generator=gen)[: self.top_k] for _ in range(self.tokens)]
-        )
-        x, w13, w2 = (t.to(self.dtype).to(device) for t in (x, w13, w2))
-        weights, ids = weights.to(device), ids.to(device, self.ids_dtype)
-        if (
-            self.strided
-        ):  # every tensor a view: rows of x and the routing twice as far apart, w13/w2 transposed
-            x, weights, ids = (torch.cat([t, t], dim=-1)[:, : t.shape[1]] for t in (x, weights, ids))
-            w13, w2 = (w.transpose(1, 2).contiguous().transpose(1, 2) for w in (w13, w2))
-        return x, w13, w2, weights, ids
-
-
-def fused_model_form(recipe: FusedRecipe) -> bool:
-    """MOE-FUSED: an expert computation released models run: the router weight on the input as Llama-4
-    runs it (SwiGLU without a limit, one expert per token, no output scale; vLLM asserts top-k 1 there),
-    gpt-oss's SwiGLU with its limit, an output scale only with SwiGLU or the SwiGLU-step (Step-3.5's
-    block; gpt-oss's and DeepSeek-V4's experts have none)."""
-    swiglu = recipe.activation in ("silu", "swiglustep") and recipe.limit is None
-    if recipe.on_input:
-        return swiglu and recipe.top_k == 1 and recipe.output_scale == 1
-    if recipe.activation == "swiglu_oai" and recipe.limit is None:
-        return False
-    return recipe.output_scale == 1 or swiglu or recipe.activation == "swiglustep"
-
-
-@st.composite
-def fused_recipes(
-    draw, *, limits=(None, 0.5, 1.0, 3.0), dtypes=FLOAT_DTYPES, model_forms=True, **fixed
-) -> FusedRecipe:
-    """fused_moe's inputs; with ``model_forms`` (MUST clauses) only fused_model_form's."""
-    model_activation = model_forms and None in limits  # MODEL-RUN: a model's activation (model_pins.experts)
-    experts = draw(st.integers(1, 6))
-    on_input = draw(st.booleans()) if not model_forms or None in limits else False
-    swiglu = model_forms and on_input  # Llama-4's SwiGLU, without a limit
-    activation = draw(st.sampled_from(("silu", "swiglustep") if swiglu else oracle.ACTIVATIONS))
-    if swiglu:
-        limits = (None,)
-    elif model_forms and activation == "swiglu_oai":
-        limits = tuple(limit for limit in limits if limit is not None) or (7.0,)
-    limit = draw(st.sampled_from(limits))
-    recipe = FusedRecipe(
-        tokens=draw(st.integers(1, 8)),
-        hidden=draw(st.sampled_from((8, 16, 24))),
-        inter=draw(st.sampled_from((4, 8, 12))),
-        experts=experts,
-        top_k=1 if model_forms and on_input else draw(st.integers(1, min(3, experts))),
-        activation=activation,
-        limit=limit,
-        on_input=on_input,
-        output_scale=draw(st.sampled_from((1.0, 2.5))),
-        dtype=draw(st.sampled_from(dtypes)),
-        seed=draw(seeds(20)),
-        x_scale=draw(st.sampled_from((1.0, 3.0))),
-        ids_dtype=draw(st.sampled_from((torch.int64, torch.int32))),
-        weights_dtype=draw(st.sampled_from((torch.float32, torch.float32, torch.bfloat16))),
-    )
-    recipe = replace(model_pins.experts(draw, recipe, model_activation), **fixed)
-    return recipe if not model_forms or fused_model_form(recipe) else replace(recipe, output_scale=1.0)

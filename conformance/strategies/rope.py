@@ -44,9 +44,9 @@ class RopeRecipe:
     attention_factor: float = 1.0
     qkv_split: bool = False  # q and k the column ranges of one [T, (Hq + 2 Hk) d] projection (ROPE-PURE)
     mrope: bool = False
-    # MODEL-RUN: a model's mrope sections and their layout (a profile run only; None: the property's).
-    mrope_section: tuple[int, ...] | None = field(default=None, repr=False, compare=False)
-    mrope_interleaved: bool | None = field(default=None, repr=False, compare=False)
+    # ROPE-MROPE: the sections [t, h, w] and their layout (a model's own in a profile run, MODEL-RUN).
+    mrope_section: tuple[int, ...] | None = None
+    mrope_interleaved: bool | None = None
     # MODEL-RUN: the cache's frequencies are a model's (its rope type and theta; None: base 10000).
     inv_freq: tuple[float, ...] | None = field(default=None, repr=False, compare=False)
 
@@ -110,6 +110,36 @@ def _cache(rotary_dim: int, size: int, attention_factor: float, dtype: torch.dty
     return oracle.rope_cos_sin(torch.arange(size), inv, attention_factor=attention_factor).to(dtype)
 
 
+# spec/rope.md, Ranges: (rotary_dim, head_dim) of released models, non-powers of two and past
+# flash-attn's 128-wide rotary tile: Phi-3-mini (96 of 96), Llama (128), Gemma 2/3 (256), Phi-2 (32 of
+# 80), StableLM-2 (16 of 64). rotary_dim 64 (DeepSeek's rope part, Step-3.5) is left to the model
+# profiles: mutants/_models.py shows a profile catching a kernel wrong only there (MODEL-RUN).
+MODEL_WIDTHS = ((96, 96), (128, 128), (256, 256), (32, 80), (16, 64))
+SMALL_WIDTHS = (2, 4, 8, 16, 32)
+# spec/rope.md, Ranges: one past each token tile of 16 to 256, and 300; past 64 tokens a recipe has
+# one head of a small width (the wide heads are drawn with few tokens), to stay cheap.
+MANY_TOKENS = (17, 65, 257, 300)
+# mrope: Qwen2-VL's and Qwen3-VL's sections over 64 frequencies, and small unequal look-alikes.
+MROPE_SECTIONS = ((16, 24, 24), (24, 20, 20), (4, 1, 1), (2, 3, 1), (6, 3, 3), (2, 2, 2))
+
+
+@st.composite
+def _widths(draw, partial: bool | None, mrope: bool, wide: bool) -> tuple[int, int, tuple | None]:
+    """(rotary_dim, head_dim, mrope sections or None): small widths, or (``wide``) a released model's."""
+    if mrope:
+        section = draw(st.sampled_from(MROPE_SECTIONS if wide else MROPE_SECTIONS[2:]))
+        rotary_dim = 2 * sum(section)
+        is_partial = draw(st.booleans()) if partial is None else partial
+        return rotary_dim, rotary_dim + (draw(st.sampled_from((2, 3, 8, 16))) if is_partial else 0), section
+    models = [w for w in MODEL_WIDTHS if partial is None or (w[0] < w[1]) == partial]
+    if wide and models and draw(st.booleans()):
+        rotary_dim, head_dim = draw(st.sampled_from(models))
+        return rotary_dim, head_dim, None
+    rotary_dim = draw(st.sampled_from(SMALL_WIDTHS))
+    is_partial = draw(st.booleans()) if partial is None else partial
+    return rotary_dim, rotary_dim + (draw(st.sampled_from((2, 3, 8, 16))) if is_partial else 0), None
+
+
 @st.composite
 def rope_recipes(
     draw,
@@ -123,16 +153,15 @@ def rope_recipes(
     cache_dtypes=CACHE_DTYPES,
     max_offset=600,
 ) -> RopeRecipe:
-    rotary_dim = draw(st.sampled_from((2, 4, 8, 16, 32) if not mrope else (6, 12, 24)))
-    is_partial = draw(st.booleans()) if partial is None else partial
-    extra = draw(st.sampled_from((2, 3, 8, 16))) if is_partial else 0
-    q_heads = draw(st.integers(1, 4))
+    tokens = draw(st.one_of(st.integers(1, 12), st.sampled_from(MANY_TOKENS)))
+    rotary_dim, head_dim, section = draw(_widths(partial, mrope, wide=tokens <= 64))
+    q_heads = draw(st.integers(1, 4)) if tokens <= 64 else 1
     recipe = RopeRecipe(
-        tokens=draw(st.integers(1, 12)),
+        tokens=tokens,
         q_heads=q_heads,
         k_heads=draw(st.sampled_from(sorted({1, q_heads, max(1, q_heads // 2)}))),
         rotary_dim=rotary_dim,
-        head_dim=rotary_dim + extra,
+        head_dim=head_dim,
         dtype=draw(st.sampled_from(dtypes)),
         cache_dtype=draw(st.sampled_from(cache_dtypes)),
         positions_dtype=draw(st.sampled_from((torch.int64, torch.int32))),
@@ -142,6 +171,8 @@ def rope_recipes(
         strided=strided,
         attention_factor=draw(st.sampled_from((1.0, 1.0, 1.35))),
         mrope=mrope,
+        mrope_section=section,
+        mrope_interleaved=draw(st.booleans()) if mrope else None,
     )
     # MODEL-RUN: one of the model's layer kinds (rotary_dim, head_dim, q heads, k heads) that the
     # property's partial flag admits; a property none fits keeps its generic draw.
@@ -200,7 +231,21 @@ def _type_keys(draw, rope_type: str, half: int, longest: int) -> dict:
         }
     if rope_type == "proportional":
         return {"partial_rotary_factor": 0.25, **({"factor": 2.0} if draw(st.booleans()) else {})}
-    return {}
+    # spec/rope.md, Ranges: a default-type dict keeps a scaled config's keys (no switch: ignored);
+    # the per-layer sliding dicts and the config.json form (rope_scaling None) have none.
+    return dict(STALE_SCALING_KEYS)
+
+
+# Keys of a scaled rope left in a "default" dict: ROPE-FREQ's default type and ROPE-SOFTMAX-SCALE
+# ignore them (transformers' default init and yarn_apply_mscale read neither without a scaled type).
+STALE_SCALING_KEYS = {"factor": 4.0, "mscale_all_dim": 1.0}
+
+
+def switch_length(rope_type: str, longest: int) -> int:
+    """The sequence length at which a rope type's frequencies switch: LongRoPE's original length
+    (short_factor up to it, ROPE-FREQ-LONGROPE), else max_position_embeddings (dynamic NTK's
+    max(seq_len, M), ROPE-FREQ-DYNAMIC; the others do not switch)."""
+    return longest // 8 if rope_type == "longrope" else longest
 
 
 @st.composite
@@ -248,5 +293,6 @@ def rope_configs(
         fields.update(rope_scaling=None if rope_type == "default" else scaling, rope_theta=theta)
         if rope_type != "default" and "original_max_position_embeddings" in params and draw(st.booleans()):
             fields["original_max_position_embeddings"] = scaling.pop("original_max_position_embeddings")
-    seq_len = draw(st.sampled_from((None, 1, longest - 1, longest, longest + 1, 4 * longest)))
+    switch = switch_length(rope_type, longest)  # drawn at T - 1, T and T + 1 (spec/rope.md, Ranges)
+    seq_len = draw(st.sampled_from((switch, switch - 1, switch + 1, None, 1, 4 * longest)))
     return SimpleNamespace(**fields), seq_len, layer_type

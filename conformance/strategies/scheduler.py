@@ -121,7 +121,8 @@ def scheduler_configs(draw, *, algorithms=("dpmsolver++", SDE), orders=(1, 2, 3)
         "lower_order_final": draw(st.booleans()),
         "euler_at_final": draw(st.sampled_from((False, False, True))),
         "use_flow_sigmas": flow,
-        "flow_shift": draw(st.sampled_from((1.0, 3.0, 6.0))) if flow else 1.0,
+        # spec/scheduler.md, Ranges: a shift also without use_flow_sigmas, where it does nothing
+        "flow_shift": draw(st.sampled_from((1.0, 3.0, 6.0))),
         "final_sigmas_type": draw(st.sampled_from(oracle.FINAL_SIGMAS_TYPES)),
         "timestep_spacing": draw(st.sampled_from(oracle.TIMESTEP_SPACINGS)),
     }
@@ -145,11 +146,25 @@ def trajectories(draw, *, configs=None, dtypes=MODEL_DTYPES, max_steps: int = 50
         shape = shape[1:]
     return TrajectoryRecipe(
         config=config,
-        steps=draw(st.one_of(st.integers(1, 20), st.integers(21, max_steps))),
+        steps=draw(st.one_of(st.integers(1, 20), st.integers(21, max_steps), st.sampled_from(AROUND_15))),
         shape=shape,
         dtype=draw(st.sampled_from(dtypes)),
         seed=draw(seeds()),
     )
+
+
+# DPM-ORDER's threshold (spec/scheduler.md, Ranges): lower_order_final lowers the last two steps of a
+# schedule shorter than 15; drawn at 14, 15 and 16 steps.
+AROUND_15 = (14, 15, 16)
+
+
+def order_threshold_trajectories() -> list[TrajectoryRecipe]:
+    """Third order with a nonzero final sigma (where lower_order_final changes both last steps) at
+    14, 15 and 16 steps, lower_order_final at its default."""
+    config = {"solver_order": 3, "final_sigmas_type": "sigma_min"}
+    return [
+        TrajectoryRecipe(config=config, steps=n, shape=(2, 3), dtype=torch.float32, seed=7) for n in AROUND_15
+    ]
 
 
 def sana_trajectory(dtype: torch.dtype = torch.float32, seed: int = 0) -> TrajectoryRecipe:

@@ -29,9 +29,13 @@ from conformance.strategies.common import (
 )
 
 BLOCK_SIZES = (1, 2, 3, 5, 8, 16, 128)
-SAME_DIMS = ((16, 16), (32, 32), (64, 64), (128, 128))
-# (Dqk, Dv) with Dv != Dqk: MLA-like 192/128 and small look-alikes (SERVE-HEAD-DIMS).
-MIXED_DIMS = ((192, 128), (24, 16), (16, 32), (64, 16), (128, 64))
+# spec/serving.md, Ranges: Phi-2's 80 and Phi-3's 96 inside a 128-wide head tile.
+SAME_DIMS = ((16, 16), (32, 32), (64, 64), (80, 80), (96, 96), (128, 128))
+# (Dqk, Dv) with Dv != Dqk: MLA-like 192/128, MLA's absorbed decode 576/512 and small look-alikes
+# (SERVE-HEAD-DIMS).
+MIXED_DIMS = ((192, 128), (576, 512), (24, 16), (16, 32), (64, 16), (128, 64))
+# spec/serving.md, Ranges: the models' dims; MLA's in half the examples of SERVE-HEAD-DIMS.
+MODEL_DIMS = ((80, 80), (96, 96), (192, 128), (576, 512))
 KINDS = ("decode", "extend", "prefill")
 MAX_TOKENS = 64  # T, all sequences' new queries
 MAX_LEN = 96  # L_b
@@ -49,6 +53,9 @@ METADATA_LAYOUTS = ("contiguous", "table-view")
 METADATA_VIEWS = "views"
 # SERVE-LONG: sequences past two 512-key split-KV partitions, at small heads and head dims.
 LONG_LEN = (1025, 4608)
+# spec/serving.md, Ranges: a 512-key partition boundary at 2048 keys: one short, at, one past.
+PARTITION_EDGES = (2047, 2048, 2049)
+MANY_QUERIES = (65, 72)  # a long extend's queries past a 64-row query tile
 LONG_BLOCK_SIZES = (1, 16, 128, 256)
 LONG_DIMS = ((4, 4), (8, 8))
 LONG_MIXED_DIMS = ((8, 4), (4, 8))
@@ -247,8 +254,9 @@ def _sequence(draw, kind: str, block_size: int, query_budget: int, long: bool) -
     extend of LONG_LEN keys (SERVE-LONG)."""
     max_len = min(MAX_LEN, 40 * block_size)  # at most 40 blocks per sequence
     if long and kind != "prefill":
-        length = draw(st.integers(*LONG_LEN))
-        return length, 1 if kind == "decode" else draw(st.integers(2, min(LONG_QUERIES, query_budget)))
+        length = draw(st.one_of(st.integers(*LONG_LEN), st.sampled_from(PARTITION_EDGES)))
+        few = st.integers(2, min(LONG_QUERIES, query_budget))
+        return length, 1 if kind == "decode" else draw(st.one_of(few, st.integers(*MANY_QUERIES)))
     if kind == "decode":
         length = draw(st.one_of(st.integers(1, 4), st.integers(1, max_len)))
         return length, 1
@@ -282,6 +290,9 @@ def serving_recipes(
     shareable = min(lengths) // block_size if len(layout) > 1 else 0
     if is_long:
         dims = LONG_MIXED_DIMS if all(dqk != dv for dqk, dv in dims) else LONG_DIMS
+    big, small = [d for d in dims if d in MODEL_DIMS], [d for d in dims if d not in MODEL_DIMS]
+    if any(dq != dv for dq, dv in big):  # SERVE-HEAD-DIMS: MLA's dims in half the examples
+        dims = draw(st.sampled_from((small, big)))
     head_dim, value_dim = draw(st.sampled_from(dims))
     kv_heads, group, scale, window = None, None, None, "-"
     layer_kinds = pinned_values("attention.layer")
@@ -295,7 +306,7 @@ def serving_recipes(
         query_lens=tuple(query_lens),
         block_size=block_size,
         kv_heads=kv_heads or draw(st.integers(1, 2)),
-        group=group or draw(st.sampled_from((1, 2) if is_long else (1, 2, 4))),
+        group=group or draw(st.sampled_from((1, 2, 3) if is_long else (1, 2, 3, 4))),
         head_dim=head_dim,
         value_dim=value_dim,
         dtype=draw(st.sampled_from(dtypes)),
@@ -311,6 +322,13 @@ def serving_recipes(
         metadata_layout=draw(st.sampled_from(metadata_layouts)),  # drawn last: earlier draws unchanged
         model_window=window,
     )
+
+
+def partition_edge_recipe(length: int) -> ServingRecipe:
+    """SERVE-LONG at a partition boundary (spec/serving.md, Ranges): a decode and a 3-query extend of
+    ``length`` keys in 16-key pages, 1 kv head of 3 queries (an odd group), head dim 8, float32."""
+    return ServingRecipe(seq_lens=(length, length), query_lens=(1, 3), block_size=16, kv_heads=1, group=3,
+                         head_dim=8, value_dim=8, dtype=torch.float32, seed=length)  # fmt: skip
 
 
 def windows(recipe: ServingRecipe, *, optional: bool = True):
