@@ -222,7 +222,7 @@ def _drawn(strategy, pins: dict, count: int = 20) -> list:
 def test_fused_draws_are_the_models_experts_scaled(name):
     """MODEL-MOE: E and k the model's, H and I scaled by one factor (I/H exact) into the budget."""
     from conformance.models.families import EXPERT_WEIGHTS_BUDGET
-    from conformance.strategies.moe import fused_recipes
+    from conformance.strategies.moe_fused import fused_recipes
 
     derived = configs.by_name(name)
     (use,) = {str(u.params): u for u in derived.uses if u.op == "fused_moe"}.values()
@@ -232,7 +232,8 @@ def test_fused_draws_are_the_models_experts_scaled(name):
         assert recipe.inter * p["hidden_size"] == recipe.hidden * p["intermediate_size"]
         assert 3 * recipe.experts * recipe.hidden * recipe.inter <= EXPERT_WEIGHTS_BUDGET
         assert recipe.activation == p["activation"] and not recipe.on_input
-    assert all(r.hidden <= 24 for r in _drawn(fused_recipes(), {}))  # the generic draw, for contrast
+    generic = _drawn(fused_recipes(), {})  # for contrast: without pins the draws vary
+    assert len({(r.experts, r.top_k, r.hidden) for r in generic}) > 1
 
 
 def test_rope_draws_take_the_models_frequencies_and_config():
