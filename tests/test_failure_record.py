@@ -109,7 +109,7 @@ def test_the_verdict_is_the_first_visible_line_everywhere():
     verdict = "[SERVE-PAGED] paged_attention on backend 'mine' @ cpu: got 0.0, expected -1.5"
     text = render.text(document).split("\nMUST failures (1)", 1)[1].splitlines()
     assert text[2] == f"    {verdict}" and text[3].strip().startswith("example: recipe=S(seq_lens=(1,))")
-    markdown = render.markdown(document).split("\nMUST failures (1)", 1)[1].splitlines()
+    markdown = render.markdown(document).split("\n## MUST failures (1)", 1)[1].splitlines()
     assert markdown[2] == f"  - `{verdict}`" and markdown[4].strip().startswith("example:")
     assert "    - rerun: `python -m pytest t.py::test_a[mine-cpu]`" in markdown
     page = render.html_page(document)
