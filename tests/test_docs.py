@@ -90,6 +90,8 @@ def problems(
         for snippet in code_snippets(text):
             for match in re.finditer(r"(?<![\w./-])opconform\s+([^\s|;&]+)(.*)", snippet):
                 command, rest = match.group(1), match.group(2).split(" -- ", 1)
+                if command.endswith(":"):  # the tool's own output line ("opconform run: no MUST failure")
+                    continue
                 if command not in commands:
                     found.append((name, f"opconform {command}", f"is no subcommand: {snippet!r}"))
                     continue
