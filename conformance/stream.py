@@ -22,10 +22,11 @@ import re
 
 import pytest
 
-from conformance import activation, errors, failfast, failure_record, ordering
+from conformance import activation, errors, failfast, failure_record, ordering, recorder
 
 VERDICT = "opconform_verdict"  # user_properties key: the facts of the streamed line
 PREFIX = "opconform: FAIL"
+TIMEOUT_PREFIX = "opconform: TIMEOUT"  # a case stopped at its time limit: no verdict on the kernel's result
 EXAMPLE_LIMIT = 400  # characters of the falsifying example kept (the line is cut at LINE_LIMIT)
 LINE_LIMIT = 200  # a streamed line's length: the decisive values come first
 
@@ -63,6 +64,8 @@ def verdict_facts(item, call) -> dict:
             raised = raised.exceptions[0]
         message = (f"{type(raised).__name__}: {raised}".splitlines() or [""])[0]
         relation = f"raised {message}"
+        if isinstance(raised, recorder.CaseTimeout):
+            message = relation = str(raised) or "the case ran past its time limit"
     params = getattr(getattr(item, "callspec", None), "params", {})
     op_mark = item.get_closest_marker("op")
     return {
@@ -73,6 +76,7 @@ def verdict_facts(item, call) -> dict:
         "relation": relation,
         "context": context_of(message, relation),
         "example": example_line(exc, tuple(params)),
+        "timeout": isinstance(recorder.first_exception(exc), recorder.CaseTimeout),
     }
 
 
@@ -95,10 +99,11 @@ def context_of(message: str, relation: str | None = None) -> str:
 
 def line(facts: dict) -> str:
     """``opconform: FAIL CLAUSE op backend@device: relation; context; smallest example: ...``, the
-    decisive values first, cut at ``LINE_LIMIT`` characters."""
+    decisive values first, cut at ``LINE_LIMIT`` characters; ``opconform: TIMEOUT ...`` for a case
+    stopped at its time limit (its cell is TIMEOUT, not FAIL)."""
     where = f"{facts['backend']}@{facts['device']}" if facts.get("device") else f"{facts['backend']}"
     clause, op = facts["clause"] or "(no clause)", facts.get("op") or "-"
-    head = f"{PREFIX} {clause} {op} {where}: "
+    head = f"{TIMEOUT_PREFIX if facts.get('timeout') else PREFIX} {clause} {op} {where}: "
     parts = [p for p in (facts.get("relation"), facts.get("context")) if p]
     if facts.get("example"):
         parts.append(f"smallest example: {facts['example']}")

@@ -147,6 +147,17 @@ def test_each_misbehaviour_is_its_outcome_in_its_own_cell(catalogue):
     assert proc.returncodes == {"main": 1, "timing": 1} and document["exitstatus"] == 1, message
 
 
+def test_a_timeout_is_streamed_as_one_not_as_a_failure(catalogue):
+    """A case SIGALRM stopped streams ``opconform: TIMEOUT`` with the limit, never ``opconform: FAIL
+    ... raised CaseTimeout`` (its cell is TIMEOUT: no verdict on the kernel's result)."""
+    proc, _ = catalogue
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("opconform: ")]
+    for backend in ("hang", "slow"):
+        mine = [line for line in lines if f" {backend}@cpu: " in line]
+        assert mine and all(line.startswith("opconform: TIMEOUT NORM-RMS rms_norm ") for line in mine), lines
+        assert all("per-case time limit of 2 s" in line and "CaseTimeout" not in line for line in mine), mine
+
+
 def test_timeout_and_crash_are_cells_and_regressions(catalogue):
     """TIMEOUT and CRASH cells in the text matrix; neither conforms, and each is a new failure in
     diff against a passing run."""
