@@ -12,7 +12,7 @@ import pytest
 
 from conformance.checks import check
 from conformance.strategies.common import pinned_values
-from conformance.test_serving_windows import check_window_args
+from conformance.test_serving_windows import check_layer_windows, check_window_args
 from reference import activations, serving
 from reference.moe_config import MODEL_TYPES as MOE_MODEL_TYPES
 from reference.moe_config import moe_router_config
@@ -39,11 +39,7 @@ def _configs(model_types=None) -> list[tuple[str, object]]:
 def test_layer_windows_of_model_configs(backend, device):
     """Each model config's window per layer: the oracle's, Cohere2's W or W + 1 aside."""
     for name, config in _configs():
-        want = serving.layer_windows(config)
-        got = backend.layer_windows(config)
-        check(got in serving.accepted_layer_windows(config, want), clause="SERVE-LAYER-WINDOWS",
-              message=f"backend {backend.name!r}: layer_windows of {name}'s {type(config).__name__} = {got}, "
-              f"expected {want}")  # fmt: skip
+        check_layer_windows(backend, config, label=f"layer_windows of {name}'s {type(config).__name__}")
 
 
 @pytest.mark.clause("SERVE-WINDOW-ARGS")

@@ -56,9 +56,7 @@ def test_layer_windows_of_plain_configs(backend, device, name):
     """layer_types when present, else the model type's rule (even layers, pattern, max_window_layers, all);
     Cohere2's sliding layers W or W + 1 keys."""
     config, want = PLAIN_CONFIGS[name]
-    got = backend.layer_windows(config)
-    check(got in serving.accepted_layer_windows(config, want), clause="SERVE-LAYER-WINDOWS",
-          message=f"backend {backend.name!r}: layer_windows({config}) = {got}, expected {want}")  # fmt: skip
+    check_layer_windows(backend, config, want=want, label=f"layer_windows({config})")
 
 
 TRANSFORMERS_CONFIGS = ("Gemma2Config", "Gemma3TextConfig", "GptOssConfig", "Cohere2Config", "MistralConfig",
@@ -73,11 +71,9 @@ def test_layer_windows_of_transformers_configs(backend, device, class_name):
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     for layers in (1, 4, 7, 13):
         config = getattr(transformers, class_name)(num_hidden_layers=layers)
-        want = serving.layer_windows(config)
-        got = backend.layer_windows(config)
-        check(got in serving.accepted_layer_windows(config, want), clause="SERVE-LAYER-WINDOWS",
-              message=f"backend {backend.name!r}: layer_windows({class_name}(num_hidden_layers={layers})) = "
-              f"{got}, expected {want} (layer_types {getattr(config, 'layer_types', None)})")  # fmt: skip
+        label = f"layer_windows({class_name}(num_hidden_layers={layers}))"
+        note = f"layer_types {getattr(config, 'layer_types', None)}"
+        check_layer_windows(backend, config, label=label, note=note)
 
 
 @pytest.mark.clause("SERVE-WINDOW-ARGS")
@@ -86,6 +82,16 @@ def test_layer_windows_of_transformers_configs(backend, device, class_name):
 def test_prefill_and_decode_keep_the_same_window(backend, device, window):
     """Both kernels' raw window arguments keep exactly W keys (both unbounded without a window)."""
     check_window_args(backend, window)
+
+
+def check_layer_windows(backend, config, *, label: str, want=None, note: str | None = None) -> None:
+    """SERVE-LAYER-WINDOWS on one config: the backend's windows per layer are ``want`` (the oracle's
+    when not given), Cohere2's sliding layers W or W + 1 (conformance/test_model_configs.py too)."""
+    want = serving.layer_windows(config) if want is None else want
+    got = backend.layer_windows(config)
+    said = f" ({note})" if note else ""
+    check(got in serving.accepted_layer_windows(config, want), clause="SERVE-LAYER-WINDOWS",
+          message=f"backend {backend.name!r}: {label} = {got}, expected {want}{said}")  # fmt: skip
 
 
 def check_window_args(backend, window) -> None:
