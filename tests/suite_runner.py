@@ -22,6 +22,17 @@ from conformance import results
 REPO = Path(__file__).resolve().parent.parent
 
 
+class SelectionConfig:
+    """A pytest config holding only the options conformance.selection reads (--backend,
+    --backend-module, --device), for calling its functions directly."""
+
+    def __init__(self, **options):
+        self.options = {"backend": [], "backend_module": [], "device": [], **options}
+
+    def getoption(self, name):
+        return self.options[name]
+
+
 def run_suite(
     tmp_path: Path,
     *,

@@ -6,17 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from suite_runner import run_suite
+from suite_runner import SelectionConfig, run_suite
 
 from conformance import selection
-
-
-class _Config:
-    def __init__(self, **options):
-        self.options = {"backend": [], "backend_module": [], "device": [], **options}
-
-    def getoption(self, name):
-        return self.options[name]
 
 
 @pytest.mark.parametrize(
@@ -31,7 +23,7 @@ def test_a_file_path_as_backend_module_says_what_to_give(tmp_path, monkeypatch, 
     monkeypatch.chdir(tmp_path)
     spec = spec.format(dir=tmp_path)
     with pytest.raises(pytest.UsageError) as error:
-        selection.backends(_Config(backend_module=[spec]))
+        selection.backends(SelectionConfig(backend_module=[spec]))
     said = str(error.value)
     assert said == (
         f"--backend-module {spec}: expected a module name, not a file path: give --backend-module {give} "
@@ -43,9 +35,9 @@ def test_a_missing_file_and_a_relative_module_name_are_one_line(tmp_path, monkey
     """A path to no file says so; a relative module name asks for the full one."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(pytest.UsageError, match=r"not a file path \(there is no .*nothere\.py\): give"):
-        selection.backends(_Config(backend_module=["sub/nothere.py"]))
+        selection.backends(SelectionConfig(backend_module=["sub/nothere.py"]))
     with pytest.raises(pytest.UsageError, match=r"\.acme: a relative module name; give its full dotted name"):
-        selection.backends(_Config(backend_module=[".acme"]))
+        selection.backends(SelectionConfig(backend_module=[".acme"]))
 
 
 RETURNS_NONE = """

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from suite_runner import REPO, bad_mark_collection, outcomes, run_suite
+from suite_runner import REPO, SelectionConfig, bad_mark_collection, outcomes, run_suite
 
 from conformance import selection
 
@@ -226,16 +226,6 @@ def test_unknown_op_mark_fails_collection(tmp_path_factory):
     assert f"{len(run['errors'])} errors" in run["output"], run["output"]
 
 
-class FakeConfig:
-    """The two getoption values the selection functions read."""
-
-    def __init__(self, **options):
-        self.options = {"backend": [], "backend_module": [], "device": [], **options}
-
-    def getoption(self, name):
-        return self.options[name]
-
-
 @pytest.mark.parametrize(
     "options, select, words",
     [
@@ -250,7 +240,7 @@ def test_bad_options_are_usage_errors(options, select, words):
 
     chooser = selection.backends if select == "backends" else selection.devices
     with pytest.raises(pytest.UsageError, match=words):
-        chooser(FakeConfig(**options))
+        chooser(SelectionConfig(**options))
 
 
 @pytest.mark.parametrize(
@@ -276,7 +266,7 @@ def test_bad_backend_modules_are_usage_errors(tmp_path, monkeypatch, source, wor
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "bad_mod", raising=False)
     with pytest.raises(pytest.UsageError) as error:
-        selection.backends(FakeConfig(backend_module=["bad_mod"]))
+        selection.backends(SelectionConfig(backend_module=["bad_mod"]))
     assert words in str(error.value) and "\n" not in str(error.value)
 
 
@@ -304,7 +294,7 @@ def test_backend_selects_among_a_modules_backends(tmp_path, monkeypatch, names, 
     (tmp_path / "two_backends.py").write_text(TWO_BACKENDS)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "two_backends", raising=False)
-    config = FakeConfig(backend=names, backend_module=["two_backends:BACKENDS"])
+    config = SelectionConfig(backend=names, backend_module=["two_backends:BACKENDS"])
     assert [b.name for b in selection.backends(config)] == selected
 
 
@@ -366,7 +356,7 @@ def test_entry_point_that_raises_is_a_usage_error(monkeypatch):
 
     monkeypatch.setattr(registry, "entry_point_backends", broken)
     with pytest.raises(pytest.UsageError, match="entry point raised RuntimeError: module-level init failed"):
-        selection.backends(FakeConfig())
+        selection.backends(SelectionConfig())
 
 
 def test_rerun_repeats_the_time_limit():
