@@ -1,7 +1,7 @@
 """Repository conftest: load the opconform plugin when the package is not installed, and apply
 the suite's warning filters to the self-tests as well.
 
-An installed opconform registers ``conformance.plugin`` through the ``pytest11`` entry point;
+An installed opconform registers ``conformance.harness.plugin`` through the ``pytest11`` entry point;
 loading it here as well would register it twice.
 
 The repository's own runs use one intra-op thread per process (unless OMP_NUM_THREADS says
@@ -17,10 +17,10 @@ from importlib import metadata
 
 import pytest
 
-from conformance.plugin import WARNING_FILTERS
+from conformance.harness.plugin import WARNING_FILTERS
 
-if not any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11")):
-    pytest_plugins = ["conformance.plugin"]
+if not any(ep.value == "conformance.harness.plugin" for ep in metadata.entry_points(group="pytest11")):
+    pytest_plugins = ["conformance.harness.plugin"]
 
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported; subprocesses inherit it

@@ -72,7 +72,7 @@ BUILTIN: dict[str, str] = {
     "transformers": "backends.transformers_peer:BACKEND",
 }
 # Built-in backends that run the field's own reference code, to show the suite fails none of it; they
-# draw a share of the examples (conformance.profiles.PEER_SHARE) except under the thorough profile.
+# draw a share of the examples (conformance.harness.profiles.PEER_SHARE) except under the thorough profile.
 PEERS = frozenset({"transformers"})
 
 

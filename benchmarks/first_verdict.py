@@ -1,5 +1,5 @@
 """How fast the first verdict comes: seconds from ``opconform run`` start to its first streamed
-broken-clause line (conformance/stream.py), against the floor of importing torch and collecting.
+broken-clause line (conformance/harness/stream.py), against the floor of importing torch and collecting.
 
     python -m benchmarks.first_verdict [--first-failure] [--full] [--backend-module M --backend B]
 
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from conformance.stream import PREFIX
+from conformance.harness.stream import PREFIX
 
 REPO = Path(__file__).resolve().parent.parent
 

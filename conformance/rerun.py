@@ -17,15 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from conformance import activation
+from conformance.harness import activation
 
 OPTIONS = pytest.StashKey[list]()
 TARGETS = pytest.StashKey[dict]()
 
 
+# The plugin module (the pytest11 entry point's value), for `-p` where no entry point loads it.
+PLUGIN = "conformance.harness.plugin"
+
+
 def plugin_by_entry_point() -> bool:
     """Whether pytest loads the plugin by itself (an installed opconform's ``pytest11`` entry point)."""
-    return any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
+    return any(ep.value == PLUGIN for ep in metadata.entry_points(group="pytest11"))
 
 
 def rerun_options(
@@ -34,7 +38,7 @@ def rerun_options(
     """What a rerun must repeat: the plugin where no entry point loads it, the backends (a case's
     id exists only among the same selection), manifests, Hypothesis profile and seed, and the
     per-case time limit (a rerun of a case that timed out must not hang), --opconform-strict."""
-    options = [] if plugin_by_entry_point() else ["-p", "conformance.plugin"]
+    options = [] if plugin_by_entry_point() else ["-p", PLUGIN]
     options += [f"--backend={name}" for name in backends]
     options += [f"--backend-module={spec}" for spec in backend_modules]
     options += [f"--opconform-expectations={path}" for path in expectations]

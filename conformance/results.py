@@ -1,6 +1,6 @@
 """The results document: its schema, outcomes and typed records, read and written in one place.
 
-The plugin writes it with ``--opconform-json`` (``conformance.recorder``); ``opconform run``
+The plugin writes it with ``--opconform-json`` (``conformance.harness.recorder``); ``opconform run``
 saves it as report.json and every reader (``opconform.report``, ``opconform.render``, the
 mutation runner, the self-tests) loads it through ``load``/``Document.from_dict``, which check
 it and name the file and field that is wrong. Torch-free: ``opconform merge`` and ``diff`` run

@@ -17,7 +17,8 @@ CLAUSE_HEADING = re.compile(r"^###\s+([A-Z][A-Z0-9]*(?:-[A-Z0-9]+)*)\s*:\s*(.+?)
 
 # Every clause's first body line is its level (spec/README.md, "Levels"): "*Level:* MUST." or
 # "*Level:* SHOULD: why the field does not promise it.", optionally with its kind of comparison
-# after a comma ("*Level:* MUST, metamorphic."): how its failures are ranked (conformance/ordering.py).
+# after a comma ("*Level:* MUST, metamorphic."): how its failures are ranked
+# (conformance/harness/ordering.py).
 LEVEL_LINE = re.compile(r"^\*Level:\*\s+(MUST|SHOULD)\b(?:,\s*(metamorphic|ties))?\s*(?:[.:]\s*(.*?))?\s*$")
 MUST, SHOULD = "MUST", "SHOULD"
 LEVELS = (MUST, SHOULD)
@@ -32,7 +33,7 @@ RULE_LINE = re.compile(r"^\*Rule:\*\s*(.+?)\s*$")
 
 # A clause whose body starts with "*Refines:* ID, ID." pins one mechanism of those broader clauses:
 # a backend that breaks it usually breaks them too, as echoes. The run order puts it first
-# (conformance/ordering.py; the rule is in spec/README.md).
+# (conformance/harness/ordering.py; the rule is in spec/README.md).
 REFINES_LINE = re.compile(r"^\*Refines:\*\s*(.+?)\.?\s*$")
 
 

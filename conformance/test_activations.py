@@ -11,10 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.activations import ERRORS
 from conformance.checks import assert_close, check, describe
+from conformance.harness import profiles
 from conformance.strategies.activations import (
     OAI_ALPHAS,
     SILU_MINIMUM,

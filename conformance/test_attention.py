@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import backends
-from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.attention import ERRORS
 from conformance.checks import assert_close, check_output, check_raises, describe
+from conformance.harness import profiles
 from conformance.strategies.attention import (
     METADATA_VIEWS,
     attention_recipes,

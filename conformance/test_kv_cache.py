@@ -16,10 +16,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from backends import not_implemented_reason
-from conformance import profiles, signatures
+from conformance import signatures
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.kv_cache import ERRORS
 from conformance.checks import check, describe
+from conformance.harness import profiles
 from conformance.strategies import kv_cache as strategies
 from conformance.strategies.common import strided_view
 from conformance.strategies.kv_cache import MIXED_DIMS, PAGE_SIZES, write_recipes

@@ -7,10 +7,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.masks import ERRORS
 from conformance.checks import check, describe
+from conformance.harness import profiles
 from conformance.strategies.common import row_strided_view, strided_view
 from conformance.strategies.masks import CONVERTER_WINDOWS, decode_mask_cases, mask_cases
 from reference import masks as oracle

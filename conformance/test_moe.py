@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.moe import ERRORS
 from conformance.checks import assert_close, check, describe
+from conformance.harness.profiles import share_of_examples
 from conformance.moe_checks import (
     call_routing,
     check_fused,
@@ -23,7 +24,6 @@ from conformance.moe_checks import (
     routing_tol,
     sum_phrase,
 )
-from conformance.profiles import share_of_examples
 from conformance.strategies.model_pins import expert_sizes, shared_counts, shared_routing
 from conformance.strategies.moe import routing_recipes, score_rounding, tie_tolerance
 from conformance.strategies.moe_fused import FusedRecipe, fused_model_form, fused_recipes

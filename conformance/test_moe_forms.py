@@ -11,8 +11,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import profiles
 from conformance.checks import describe
+from conformance.harness import profiles
 from conformance.moe_checks import call_routing, check_fused, check_padded_finite, check_routing, check_shared
 from conformance.strategies.model_pins import shared_counts, shared_routing
 from conformance.strategies.moe import model_flags, model_form, routing_recipes

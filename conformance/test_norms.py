@@ -13,10 +13,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.norms import ERRORS
 from conformance.checks import assert_close, check, describe
+from conformance.harness import profiles
 from conformance.strategies.norms import (
     FLOAT16_EXTREME_SCALES,
     LAYOUTS,

@@ -11,10 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.rope import ERRORS
 from conformance.checks import assert_close, check, describe
+from conformance.harness import profiles
 from conformance.strategies.model_pins import cos_sin_rows
 from conformance.strategies.rope import rope_recipes
 from conformance.tolerances import angle_scale, pair_scale, tolerance

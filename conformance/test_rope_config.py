@@ -13,8 +13,8 @@ import torch
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from conformance import profiles
 from conformance.checks import ConformanceError, assert_close, check, describe
+from conformance.harness import profiles
 from conformance.strategies.common import pinned_draw
 from conformance.strategies.rope import rope_configs
 from reference import rope as oracle

@@ -9,10 +9,10 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from conformance import profiles
 from conformance.bad_input import check_backend_raises, params
 from conformance.bad_input.serving import ERRORS
 from conformance.checks import assert_close, describe
+from conformance.harness import profiles
 from conformance.strategies.common import strided_view
 from conformance.strategies.nan import compared_serving_rows, serving_nan_sites
 from conformance.strategies.serving import (

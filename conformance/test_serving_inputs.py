@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import profiles
+from conformance.harness import profiles
 from conformance.strategies.serving import (
     CACHE_LAYOUTS,
     METADATA_LAYOUTS,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance import results
-from conformance.profiles import SHORT_NAMES as SHORT_PROFILES
+from conformance.harness.profiles import SHORT_NAMES as SHORT_PROFILES
 from conformance.results import Outcome
 from opconform.commands import pytest_usage_line
 

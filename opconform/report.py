@@ -12,7 +12,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance import failure_record, ordering, results
+from conformance import failure_record, results
+from conformance.harness import ordering
 from conformance.results import SCHEMA, Outcome
 from conformance.spec_index import DIRECT, MUST, SHOULD, load_clauses
 
@@ -173,7 +174,7 @@ def failures(document: dict, *, level: str = MUST) -> list[dict]:
 
 
 def failure_rank(result: dict, clauses: dict) -> int:
-    """Where a failure stands in the real-bug-first order (conformance/ordering.py's ranks, from
+    """Where a failure stands in the real-bug-first order (conformance/harness/ordering.py's ranks, from
     its clause's level, kind and *Refines:* in the document's clause table): a MUST failure of a
     direct clause that pins a mechanism first, then the other direct ones, then metamorphic, tie
     and bad-input ones, SHOULD last. A failure whose comparison was metamorphic ranks so."""

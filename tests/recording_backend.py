@@ -29,7 +29,7 @@ from hypothesis import settings
 
 import backends
 from backends.protocols import FAMILIES, OPS
-from conformance import profiles
+from conformance.harness import profiles
 from conformance.strategies import ranges
 
 # Loaded as a plugin too (-p recording_backend), so the profile exists before pytest checks

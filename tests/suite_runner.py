@@ -14,16 +14,16 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
 from conformance import results
+from conformance.rerun import PLUGIN, plugin_by_entry_point
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 class SelectionConfig:
-    """A pytest config holding only the options conformance.selection reads (--backend,
+    """A pytest config holding only the options conformance.harness.selection reads (--backend,
     --backend-module, --device), for calling its functions directly."""
 
     def __init__(self, **options):
@@ -70,9 +70,9 @@ def run_test_file(
     installed)."""
     (tmp_path / name).write_text(source)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    installed = any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
+    installed = plugin_by_entry_point()
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-               *([] if installed else ["-p", "conformance.plugin"]),
+               *([] if installed else ["-p", PLUGIN]),
                "--backend=native", *(str(tmp_path / p) for p in (paths or [name]))]  # fmt: skip
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import settings
 
-import conformance.profiles  # noqa: F401 - registers the opconform-* profiles
+import conformance.harness.profiles  # noqa: F401 - registers the opconform-* profiles
 from conformance.checks import ConformanceError, assert_close
 from reference import activations as oracle
 

@@ -115,16 +115,17 @@ def test_ci_workflow_is_valid_and_its_tox_envs_exist():
 
 
 def test_run_loads_the_plugin_by_name_from_an_uninstalled_checkout(tmp_path, monkeypatch):
-    """Without the pytest11 entry point (a checkout on PYTHONPATH) the run passes -p conformance.plugin.
+    """Without the pytest11 entry point (a checkout on PYTHONPATH) the run passes
+    -p conformance.harness.plugin.
 
     Found on the first CUDA host run: started outside the checkout, pytest loaded neither the entry
     point nor the checkout's conftest.py, so no report was written.
     """
     monkeypatch.setattr(run_command, "plugin_registered", lambda: False)
     command = run_command.pytest_command(_args(), tmp_path / "r.json")
-    assert command[command.index("conformance.plugin") - 1] == "-p"
+    assert command[command.index("conformance.harness.plugin") - 1] == "-p"
     monkeypatch.setattr(run_command, "plugin_registered", lambda: True)
-    assert "conformance.plugin" not in run_command.pytest_command(_args(), tmp_path / "r.json")
+    assert "conformance.harness.plugin" not in run_command.pytest_command(_args(), tmp_path / "r.json")
 
 
 def _report(tmp_path, name, outcomes):

@@ -5,8 +5,8 @@ and docs/ name in code (`...` spans and fenced blocks) exists.
   arguments after a lone `--` are checked as below);
 - every `--opconform-*`, `--backend*`, `--device`, `--focus-*` anywhere, and any option of a
   `pytest ...` command line of those prefixes or `--hypothesis-*`: an option of the suite's plugin
-  (conformance.plugin.pytest_addoption) or of Hypothesis's pytest plugin;
-- a path under one of the repository's own folders (`conformance/plugin.py`): a file or folder
+  (conformance.harness.plugin.pytest_addoption) or of Hypothesis's pytest plugin;
+- a path under one of the repository's own folders (`conformance/harness/plugin.py`): a file or folder
   of the checkout.
 
 The README names every subcommand and links every docs page, its ```python blocks run as pasted,
@@ -22,7 +22,7 @@ from pathlib import Path
 import _hypothesis_pytestplugin
 import pytest
 
-from conformance import plugin
+from conformance.harness import plugin
 from opconform.cli import build_parser
 from opconform.commands import COMMANDS
 
@@ -127,7 +127,7 @@ def test_the_check_can_fail(known):
     text = (
         "`opconform run --backend-module m --no-such-flag -- --opconform-json x --opconform-nope`\n"
         "```sh\nopconform nosuch --out x\npytest --pyargs conformance --hypothesis-seedz=1\n```\n"
-        "`--opconform-timeout S` and `conformance/no_such_module.py` and `conformance/plugin.py`\n"
+        "`--opconform-timeout S` and `conformance/no_such_module.py` and `conformance/harness/plugin.py`\n"
     )
     found = {item for _, item, _ in problems({"doc.md": text}, *known)}
     assert found == {"--no-such-flag", "--opconform-nope", "opconform nosuch", "--hypothesis-seedz",

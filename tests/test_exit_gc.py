@@ -1,10 +1,11 @@
-"""conformance.exit_gc: an active run freezes its heap after the session, the next activation thaws it."""
+"""conformance.harness.exit_gc: an active run freezes its heap after the session; the next
+activation thaws it."""
 
 from __future__ import annotations
 
 import gc
 
-from conformance import exit_gc
+from conformance.harness import exit_gc
 
 
 class _Plugins:

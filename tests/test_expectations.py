@@ -159,7 +159,7 @@ def test_a_declared_failure_runs_unshrunk_and_the_property_keeps_its_settings():
     from hypothesis import Phase, given, settings
     from hypothesis import strategies as st
 
-    from conformance.profiles import adjusted
+    from conformance.harness.profiles import adjusted
 
     seen = []
 
@@ -184,8 +184,8 @@ def test_a_builtin_peer_draws_its_share_except_under_thorough():
     from hypothesis import strategies as st
 
     from backends import load_backend_module
-    from conformance import selection
-    from conformance.profiles import PEER_SHARE, adjusted
+    from conformance.harness import selection
+    from conformance.harness.profiles import PEER_SHARE, adjusted
 
     calls = []
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from conformance import failure_capture, failure_record, results
+from conformance import failure_record, results
+from conformance.harness import failure_capture
 from opconform import render, report
 
 NOTES = [

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from conformance import recorder, results
+from conformance import results
+from conformance.harness import recorder
 from conformance.results import Case, Failure, Outcome
 from opconform import render, report
 

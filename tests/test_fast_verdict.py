@@ -1,4 +1,4 @@
-"""A first verdict fast (conformance/stream.py, conformance/ordering.py, conformance/failfast.py):
+"""A first verdict fast (conformance/harness/stream.py, ordering.py, failfast.py):
 the run order the spec's clause graph gives, the streamed broken-clause lines, and
 ``opconform run --first-failure``.
 
@@ -22,7 +22,8 @@ import fourbug_backend
 import pytest
 from suite_runner import REPO, produced_once
 
-from conformance import failfast, ordering, spec_index, stream
+from conformance import spec_index
+from conformance.harness import failfast, ordering, stream
 from conformance.results import Outcome
 from opconform import report
 from opconform.commands import run as run_command

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 import conformance
 from backends.protocols import FAMILIES, OPS, protocol_ops
-from conformance import model_profile
+from conformance.harness import model_profile
 from conformance.models import builtin, configs
 from conformance.strategies import common
 

@@ -364,7 +364,7 @@ def test_a_backend_declaring_its_model_is_drawn_at_that_profile():
     the run's own (none here) are back afterwards, and other backends' cases are left alone."""
     from types import SimpleNamespace
 
-    from conformance import model_profile
+    from conformance.harness import model_profile
 
     def item(backend):
         return SimpleNamespace(callspec=SimpleNamespace(params={"backend": backend}))
@@ -386,7 +386,7 @@ def test_a_backend_declaring_its_model_is_drawn_at_that_profile():
 def test_a_backend_declaring_an_unknown_model_is_a_usage_error():
     from types import SimpleNamespace
 
-    from conformance import model_profile
+    from conformance.harness import model_profile
 
     backend = SimpleNamespace(name="acme", opconform_model="nope")
     with pytest.raises(

@@ -8,7 +8,7 @@ import re
 import pytest
 from suite_runner import SelectionConfig, run_suite
 
-from conformance import selection
+from conformance.harness import selection
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,8 @@ BACKEND = ReturnsNone()
 
 def test_a_none_return_and_the_skip_list_say_what_the_backend_did(tmp_path):
     """A backend returning None failed NORM-DTYPE with the suite's own `AttributeError: 'NoneType'
-    object has no attribute 'dtype'`, and -ra listed each skip under the suite's `conformance/plugin.py:377`:
+    object has no attribute 'dtype'`, and -ra listed each skip under the suite's
+    `conformance/plugin.py:377` (now conformance/harness/plugin.py):
     the failure names the op that returned None, the skip list the backend@device."""
     (tmp_path / "returns_none.py").write_text(RETURNS_NONE)
     document = run_suite(

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from suite_runner import REPO, SelectionConfig, bad_mark_collection, outcomes, run_suite
 
-from conformance import selection
+from conformance.harness import selection
 
 EXTERNAL_MODULE = """
 from backends.native import NativeBackend
@@ -202,7 +202,8 @@ def test_good_option_values_are_kept():
     """0 (none), fractions and huge limits (set as the timer's largest) are valid; so is maxfail 0."""
     import argparse
 
-    from conformance import options, time_limit
+    from conformance import options
+    from conformance.harness import time_limit
 
     assert [options.seconds(v) for v in ("0", "2.5", "1e12")] == [0.0, 2.5, 1e12]
     assert [options.count(v) for v in ("0", "1", "7")] == [0, 1, 7]
@@ -370,7 +371,7 @@ def test_rerun_repeats_the_time_limit():
 def test_suite_cases_get_a_generous_default_time_limit():
     """Without --opconform-timeout a hanging op ended no run: the suite's cases get 300 s (3000 under
     thorough); a user's own test, --pdb and the debug profile none; the option wins, 0 for none."""
-    from conformance.time_limit import case_time_limit
+    from conformance.harness.time_limit import case_time_limit
 
     def limit(given=None, profile="opconform-ci", suite_case=True, debugging=False):
         return case_time_limit(given=given, profile=profile, suite_case=suite_case, debugging=debugging)

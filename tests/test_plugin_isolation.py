@@ -14,14 +14,15 @@ import re
 import subprocess
 import sys
 import textwrap
-from importlib import metadata
 
 import pytest
 from suite_runner import REPO, produced_once
 
+from conformance.rerun import PLUGIN, plugin_by_entry_point
+
 # The plugin as a user's environment has it: from the pytest11 entry point when installed.
-INSTALLED = any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
-WITH_PLUGIN = [] if INSTALLED else ["-p", "conformance.plugin"]
+INSTALLED = plugin_by_entry_point()
+WITH_PLUGIN = [] if INSTALLED else ["-p", PLUGIN]
 WITHOUT_PLUGIN = ["-p", "no:opconform"] if INSTALLED else []
 
 # What a user's test sees of Hypothesis, written to $OBSERVED/<name>.json: compared between a run
@@ -124,7 +125,7 @@ def _observe_without_plugin(root) -> dict:
     proc = pytest_in(root, *WITHOUT_PLUGIN, "--trace-config", observed=root / "without")
     assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
     # The baseline really ran without this checkout's plugin.
-    assert str(REPO / "conformance" / "plugin.py") not in proc.stdout, proc.stdout
+    assert str(REPO / "conformance" / "harness" / "plugin.py") not in proc.stdout, proc.stdout
     return observations(root / "without")["test_baseline"]
 
 
@@ -144,7 +145,7 @@ def test_unrelated_project_runs_unchanged(project, without_plugin):
     assert list(seen) == ["test_given_runs", "test_hypothesis_settings_untouched"], seen
     assert all(observed == without_plugin for observed in seen.values()), (seen, without_plugin)
     # This checkout's plugin was loaded (the baseline checks it was not there).
-    assert str(REPO / "conformance" / "plugin.py") in with_plugin.stdout, with_plugin.stdout
+    assert str(REPO / "conformance" / "harness" / "plugin.py") in with_plugin.stdout, with_plugin.stdout
 
 
 def test_suite_under_a_shadowing_backends_is_a_one_line_usage_error(project):
@@ -184,7 +185,7 @@ def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path, without_plu
     )
     proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--trace-config", observed=tmp_path / "with")
     assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
-    assert "test_plain[" not in proc.stdout and str(REPO / "conformance" / "plugin.py") in proc.stdout
+    assert "test_plain[" not in proc.stdout and str(REPO / "conformance" / "harness" / "plugin.py") in proc.stdout
     seen = observations(tmp_path / "with")
     assert list(seen) == ["test_plain"] and seen["test_plain"] == without_plugin, (seen, without_plugin)
 
@@ -236,7 +237,10 @@ def test_unmarked_backend_argument_is_left_alone_in_a_suite_run(tmp_path, withou
 def test_profiles_do_not_inherit_the_environments_profile():
     """With CI set, Hypothesis loads its own "ci" (derandomized, 100 examples) at import; the
     suite's dev profile registered then inherited its derandomize instead of Hypothesis's default."""
-    code = "import conformance.profiles, hypothesis; print(hypothesis.settings.get_profile('opconform-dev'))"
+    code = (
+        "import conformance.harness.profiles, hypothesis; "
+        "print(hypothesis.settings.get_profile('opconform-dev'))"
+    )
     env = {**os.environ, "CI": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -34,7 +34,7 @@ _PINNED: dict[str, tuple] = {}
 
 
 def pin_model(pins: dict[str, tuple]) -> None:
-    """Fix the strategies' model parameters for this process (``conformance.model_profile``)."""
+    """Fix the strategies' model parameters for this process (``conformance.harness.model_profile``)."""
     _PINNED.clear()
     _PINNED.update({key: tuple(values) for key, values in pins.items()})
 

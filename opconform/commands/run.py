@@ -77,7 +77,7 @@ def plugin_registered() -> bool:
     """Whether an installed opconform registers the plugin through the ``pytest11`` entry point."""
     from importlib import metadata
 
-    return any(ep.value == "conformance.plugin" for ep in metadata.entry_points(group="pytest11"))
+    return any(ep.value == "conformance.harness.plugin" for ep in metadata.entry_points(group="pytest11"))
 
 
 def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
@@ -93,7 +93,7 @@ def pytest_command(args: argparse.Namespace, report_json: Path) -> list[str]:
     command = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider",
                "-rsxXE", "--tb=no", f"--opconform-json={report_json}"]  # fmt: skip
     if not plugin_registered():
-        command += ["-p", "conformance.plugin"]
+        command += ["-p", "conformance.harness.plugin"]
     command += [f"--backend={b}" for b in args.backend]
     command += [f"--device={d}" for d in args.device]
     command += [f"--backend-module={m}" for m in args.backend_module]

@@ -15,18 +15,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conformance import (
-    errors,
-    failure_capture,
-    failure_record,
-    levels,
-    model_profile,
-    rerun,
-    results,
-    spec_index,
-)
+from conformance import errors, failure_record, rerun, results, spec_index
 from conformance import expectations as manifests
-from conformance.activation import state
+from conformance.harness import failure_capture, levels, model_profile
+from conformance.harness.activation import state
 from conformance.results import Case, ExpectationVerdict, Failure, Outcome
 
 INFO = "opconform"  # user_properties key: the case's backend, device, op, clauses, dtype
@@ -190,7 +182,7 @@ def merge_collected(mine: dict, sent: dict) -> dict:
 
 def crash_facts(case: Case, tests: dict) -> None:
     """Fill in the level (MUST: a crash or a timeout stalls or ends the run), and the op and clauses
-    of a case whose worker died before its call (no side file: conformance.crash_record) from what
+    of a case whose worker died before its call (no side file: conformance.harness.crash_record) from what
     the other workers collected of its test function: its clauses, and its op (one of the
     function's ops, picked by the op id among its parameters)."""
     function, _, params = case.nodeid.partition("[")
@@ -262,7 +254,7 @@ class ResultsRecorder:
                 case.outcome = Outcome.NOT_IMPLEMENTED
         elif report.failed:
             # The verdict (results version 3); pytest's text only where no record was taken.
-            # A dead worker's case has its record from conformance.crash_record.
+            # A dead worker's case has its record from conformance.harness.crash_record.
             case.message = case.failure.message if case.failure else report.longreprtext[-4000:]
             if case.failure is None:  # a setup or teardown error: its E lines, not the traceback
                 case.message = failure_record.legacy_message(case.message)

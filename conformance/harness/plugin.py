@@ -10,7 +10,7 @@ optional framework).
 
 Registered through the ``pytest11`` entry point; the repository's conftest.py loads it when the
 package is not installed. It acts only in runs that give an opconform option or collect the suite
-(``conformance.activation``); any other run in the environment is left as it is.
+(``conformance.harness.activation``); any other run in the environment is left as it is.
 """
 
 from __future__ import annotations
@@ -20,28 +20,25 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-import conformance.exit_gc as exit_gc
+import conformance.harness.exit_gc as exit_gc
 import conformance.signatures as signatures
-from conformance import (
+from conformance import expectations as manifests
+from conformance import options, rerun, returns, spec_index
+from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device
+from conformance.harness import (
     activation,
     failfast,
     failure_capture,
     levels,
-    options,
     profiles,
     recorder,
-    rerun,
-    returns,
     selection,
-    spec_index,
     time_limit,
     watchdog,
 )
-from conformance import expectations as manifests
-from conformance import model_profile as models
-from conformance import stream as fast_verdict
-from conformance.activation import state
-from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device
+from conformance.harness import model_profile as models
+from conformance.harness import stream as fast_verdict
+from conformance.harness.activation import state
 
 # pytest's exit status when a --device device is absent (its own are 0-5); `opconform run` exits 3 then
 EXIT_DEVICE_ABSENT = 6
@@ -111,14 +108,14 @@ def pytest_addoption(parser):
         type=options.count,
         default=None,
         metavar="N",
-        help="after N failed cases of a backend, skip its remaining cases (conformance/failfast.py); "
+        help="after N failed cases of a backend, skip its remaining cases (conformance/harness/failfast.py); "
         "0: no limit",
     )
     group.addoption(
         "--opconform-first-failure",
         action="store_true",
         help="after a clause's first failed case on a backend and device, skip that backend's and "
-        "device's remaining cases of the clause (conformance/failfast.py); the run completes",
+        "device's remaining cases of the clause (conformance/harness/failfast.py); the run completes",
     )
     group.addoption(
         "--opconform-strict",
@@ -222,7 +219,7 @@ def activate(config) -> None:
 def pytest_runtest_call(item):
     """A case of an op whose signature misses its protocol fails with that one line, unrun; a case a
     manifest declares failing runs unshrunk, and a built-in peer's draws its share of the examples
-    (conformance.profiles.adjusted); an op returning None fails as that (conformance.returns)."""
+    (conformance.harness.profiles.adjusted); an op returning None fails as that (conformance.returns)."""
     signatures.fail_mismatched(item)
     info = dict(item.user_properties).get(recorder.INFO) if state(item.config) is not None else None
     # Setup listed the entries that may apply (case_info): most cases have none, and match no entry again.

@@ -3,7 +3,7 @@
 ``FastVerdict`` is registered by the plugin at configure time and acts only on the suite's items
 and on reports that carry their verdict facts (an xdist controller collects nothing, and streams):
 
-- ``pytest_collection_modifyitems``: the suite's items in the order of conformance/ordering.py
+- ``pytest_collection_modifyitems``: the suite's items in the order of conformance/harness/ordering.py
   (the properties that pin a mechanism first, bad input last);
 - ``pytest_runtest_makereport`` (in the process that runs the case, an xdist worker too): a
   failed case of the suite's modules gets its verdict facts (``VERDICT`` in its
@@ -13,7 +13,7 @@ and on reports that carry their verdict facts (an xdist controller collects noth
 - ``pytest_runtest_logreport`` (in the controlling process only): the first failure of each
   clause on each backend and device is printed as one line the moment its report arrives
   (``opconform: broken CLAUSE ...``), before pytest's summary;
-- ``pytest_runtest_setup``: the skip of --opconform-first-failure (conformance/failfast.py).
+- ``pytest_runtest_setup``: the skip of --opconform-first-failure (conformance/harness/failfast.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import re
 
 import pytest
 
-from conformance import activation, errors, failfast, failure_record, ordering, recorder
+from conformance import errors, failure_record
+from conformance.harness import activation, failfast, ordering, recorder
 
 VERDICT = "opconform_verdict"  # user_properties key: the facts of the streamed line
 PREFIX = "opconform: FAIL"

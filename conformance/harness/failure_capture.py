@@ -60,7 +60,7 @@ def record(item, info: dict, *, error, raised, command: str, call_exc) -> dict:
 def judged_as(config, clause: str | None, error) -> str:
     """How the failing comparison judged (spec/README.md, Levels): the clause's kind, or
     ``metamorphic`` when a direct clause's failing comparison was the backend against itself."""
-    from conformance.activation import state
+    from conformance.harness.activation import state
 
     known = (getattr(state(config), "clauses", None) or {}).get(clause or "")
     kind = known.kind if known is not None else spec_index.DIRECT
@@ -129,7 +129,7 @@ def display_nodeid(nodeid: str, location_path: str | None) -> str:
 
 def readable_skip(item, report, backend) -> None:
     """A skipped case of ``backend`` is listed by pytest's ``-rs`` as ``SKIPPED [N] mine@cpu: reason``,
-    not under the suite file and line that called ``pytest.skip`` (``.../conformance/plugin.py:377``,
+    not under the suite file and line that called ``pytest.skip`` (``.../conformance/harness/plugin.py:377``,
     the same for every reason); an expected failure (``wasxfail``) is left to pytest's ``-rx``."""
     longrepr = report.longrepr
     if backend is None or not report.skipped or hasattr(report, "wasxfail"):

@@ -1,6 +1,6 @@
 """The record of a case whose worker process died: a crash, or a timeout the watchdog ended.
 
-The dead worker sends nothing; what it wrote before the case's call (``conformance.watchdog``'s
+The dead worker sends nothing; what it wrote before the case's call (``conformance.harness.watchdog``'s
 side file: the case's facts, the seed of its examples, its rerun line) and the thread stacks its
 faulthandler wrote are all there is. The stacks go to a file in the report's folder,
 ``<report stem>-crashes/<case>.txt``, which the failure's message names (the terminal shows one
@@ -14,8 +14,9 @@ import shlex
 import shutil
 from pathlib import Path
 
-from conformance import failure_capture, rerun
-from conformance.activation import state
+from conformance import rerun
+from conformance.harness import failure_capture
+from conformance.harness.activation import state
 from conformance.results import Outcome
 
 SAFE = re.compile(r"[^A-Za-z0-9_.\[\]-]+")

@@ -1,6 +1,6 @@
 """The per-case time limit enforced from outside the worker, for a hang in native code.
 
-SIGALRM (``conformance.time_limit``) stops a case only when its thread comes back to Python: a
+SIGALRM (``conformance.harness.time_limit``) stops a case only when its thread comes back to Python: a
 backend spinning in a C call (a driver deadlock) never does. In a distributed run (pytest-xdist:
 ``opconform run``, ``pytest -n N``) each worker writes a small side file when a case's call
 starts (``CaseMarker``): its pid, the case, when it started, its limit, its facts, the seed of
@@ -9,7 +9,7 @@ case still running a grace past its limit (``grace``: SIGALRM had its chance) ge
 ended: its thread stacks are dumped first where the report has a folder. xdist then reports
 the case as the dead worker's (``pytest_handlecrashitem``) and starts a new worker, and the run
 goes on; the case is recorded as ``timeout``, a worker that died by itself as ``crash``
-(``conformance.crash_record``). Without xdist no process watches the cases: the plugin says so
+(``conformance.harness.crash_record``). Without xdist no process watches the cases: the plugin says so
 in one line when the suite's cases are collected.
 """
 
@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import activation, crash_record, failure_capture, failure_record, recorder, rerun
+from conformance import failure_record, rerun
+from conformance.harness import activation, crash_record, failure_capture, recorder
 
 SIDE_FOLDER = "opconform_side_folder"  # xdist workerinput key: where workers write their side files
 # SIGALRM, in the worker, stops a case that returns to Python at its limit; the watchdog ends

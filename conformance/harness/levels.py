@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 
 from conformance import failure_record, results, spec_index
-from conformance.activation import state
+from conformance.harness.activation import state
 from conformance.results import Outcome
 
-CASE = "opconform_case"  # the recorder's user_properties key of a case's facts (conformance.recorder)
+CASE = "opconform_case"  # the recorder's user_properties key of a case's facts (conformance.harness.recorder)
 SHOULD_FAILED = "SHOULD failed"  # pytest's category (its stats key, the word in its last line)
 
 

@@ -21,7 +21,7 @@ from conformance.results import Outcome
 
 FAILURES = pytest.StashKey[dict]()
 BROKEN = pytest.StashKey[set]()  # (backend, device, clause) that failed, for --opconform-first-failure
-INFO, CASE = "opconform", "opconform_case"  # recorder's user_properties keys (conformance.recorder)
+INFO, CASE = "opconform", "opconform_case"  # recorder's user_properties keys (conformance.harness.recorder)
 
 
 def note(config, backend, report) -> None:

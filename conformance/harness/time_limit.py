@@ -7,7 +7,7 @@ cases only: a user's tests collected in the same session, and a run under ``--pd
 ``opconform-debug`` profile (someone at a prompt), get none. SIGALRM stops the case, so the limit
 needs Unix and the main thread; elsewhere cases run unlimited. SIGALRM takes effect only when the
 case's thread runs Python: a hang in native code is ended from outside the worker, in a
-distributed run, by ``conformance.watchdog``.
+distributed run, by ``conformance.harness.watchdog``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from conformance import activation, profiles, recorder
+from conformance.harness import activation, profiles, recorder
 
 # Generous: the slowest case of the suite takes about 6 s on a 2-core CPU under opconform-ci;
 # a hanging kernel must cost its case, not the run (a device-matrix job would never end).
