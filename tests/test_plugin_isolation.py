@@ -185,7 +185,10 @@ def test_unrelated_file_gets_no_parametrization_or_profile(tmp_path, without_plu
     )
     proc = pytest_in(tmp_path, *WITH_PLUGIN, "-v", "--trace-config", observed=tmp_path / "with")
     assert proc.returncode == 0 and counts(proc) == {"passed": 1}, proc.stdout + proc.stderr
-    assert "test_plain[" not in proc.stdout and str(REPO / "conformance" / "harness" / "plugin.py") in proc.stdout
+    assert (
+        "test_plain[" not in proc.stdout
+        and str(REPO / "conformance" / "harness" / "plugin.py") in proc.stdout
+    )
     seen = observations(tmp_path / "with")
     assert list(seen) == ["test_plain"] and seen["test_plain"] == without_plugin, (seen, without_plugin)
 
