@@ -42,9 +42,15 @@ def _halves_1d(x: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _kernels():
     compile_ = functools.partial(torch.compile, dynamic=True)
 
+    # One function per GELU mode: a mode is a guard, and 2 modes x 4 dtypes filled dynamo's
+    # recompile limit (8), past which the op ran eagerly.
     @compile_
-    def geglu(gate, up, approximate: str):
-        return F.gelu(gate, approximate=approximate) * up
+    def geglu_erf(gate, up):
+        return F.gelu(gate) * up
+
+    @compile_
+    def geglu_tanh(gate, up):
+        return F.gelu(gate, approximate="tanh") * up
 
     @compile_
     def swiglu(gate, up):
@@ -54,7 +60,7 @@ def _kernels():
     def swiglu_step(gate, up, limit):
         return torch.minimum(F.silu(gate), limit) * torch.clamp(up, -limit, limit)
 
-    return geglu, swiglu, swiglu_step
+    return {"none": geglu_erf, "tanh": geglu_tanh}, swiglu, swiglu_step
 
 
 @functools.cache
@@ -126,7 +132,9 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     """x as a detached, contiguous 1-D tensor of at least 2 elements (a zero appended to a single
     one, its result discarded): dynamo specializes size 1 and guards on a view's base rank and
     stride (a strided half recompiled, until the recompile limit left the op eager)."""
-    flat = x.reshape(-1).detach().contiguous()
+    flat = x.reshape(-1).detach()
+    if flat.storage_offset() or not flat.is_contiguous():  # a half's offset is a guard too (0, 1, 2+)
+        flat = flat.clone(memory_format=torch.contiguous_format)
     return torch.cat([flat, flat.new_zeros(1)]) if flat.numel() == 1 else flat
 
 
@@ -225,7 +233,7 @@ class CompiledBackend:
         d = validate_gated_input(x)
         require_choice(approximate, "approximate", APPROXIMATE_MODES)
         gate, up = _halves_1d(x, d)
-        return _kernels()[0](gate, up, approximate)[: x.numel() // 2].reshape(*x.shape[:-1], d)
+        return _kernels()[0][approximate](gate, up)[: x.numel() // 2].reshape(*x.shape[:-1], d)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         d = validate_gated_input(x)

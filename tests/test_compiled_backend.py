@@ -30,9 +30,9 @@ def test_new_shapes_and_limits_do_not_recompile():
 
 
 def test_gated_views_and_single_elements_do_not_recompile():
-    """After one warm-up call, strided views (of every gated op, interleaved gpt-oss included) and
-    halves of one element add no compiled frame: each recompiled, and past dynamo's recompile limit
-    the op ran eagerly."""
+    """After one warm-up call, strided views (of every gated op, interleaved gpt-oss included), halves
+    of one element and a single row's up half (a view at an offset) add no compiled frame: each
+    recompiled, and past dynamo's recompile limit the op ran eagerly."""
     from torch._dynamo.utils import counters
 
     def call_all(x):
@@ -48,7 +48,7 @@ def test_gated_views_and_single_elements_do_not_recompile():
     before = counters["stats"]["unique_graphs"]
     views = (torch.randn(4, 6, 2)[..., 0], torch.randn(1, 12, 3)[..., 1], torch.randn(6, 16)[::2, 2:10],
              torch.randn(6, 2, 4).transpose(0, 2))  # fmt: skip
-    for x in (*views, torch.randn(1, 2), torch.randn(1, 2, 3)[..., 0]):
+    for x in (*views, torch.randn(1, 2), torch.randn(1, 2, 3)[..., 0], torch.randn(1, 4), torch.randn(1, 8)):
         call_all(x)
     assert counters["stats"]["unique_graphs"] == before
 
