@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -228,15 +229,24 @@ def test_crash_rerun_draws_the_same_examples(supervised):
     assert [inputs for _, inputs in drawn] == [line.split(" ", 1)[1] for line in crashed_in[-3:]]
 
 
+# Both runs in one interpreter (pytest.main each): one start of Python, torch and the suite's
+# collection instead of two; each run's output ends with its exit line.
+WITHOUT_XDIST = """
+import sys, pytest
+base = ["--pyargs", "conformance", "-p", "no:xdist", "-p", "no:cacheprovider", "--backend", "native",
+        "--device", "cpu", "-k", "test_rms_norm_matches_oracle", "-q"]
+for extra in ([], ["--opconform-timeout", "0"]):
+    code = pytest.main([*base, *extra])
+    print(f"=== exit {int(code)}", flush=True)
+"""
+
+
 def test_without_xdist_one_line_says_a_native_hang_cannot_be_interrupted(tmp_path):
     """A run of the suite's cases in pytest's own process says once that no watchdog runs; with no
     time limit (--opconform-timeout 0) there is nothing to say."""
-    base = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:xdist",
-            "-p", "no:cacheprovider", "--backend", "native", "--device", "cpu",
-            "-k", "test_rms_norm_matches_oracle", "-q"]  # fmt: skip
-    limited = _run(base, tmp_path)
-    unlimited = _run([*base, "--opconform-timeout", "0"], tmp_path)
-    assert limited.returncode == unlimited.returncode == 0, limited.stdout[-2000:] + unlimited.stdout[-2000:]
+    proc = _run([sys.executable, "-c", WITHOUT_XDIST], tmp_path)
+    limited, limited_exit, unlimited, unlimited_exit, _ = re.split(r"=== exit (-?\d+)\n", proc.stdout)
+    assert limited_exit == unlimited_exit == "0", proc.stdout[-3000:] + proc.stderr[-2000:]
     said = "a hang in native code cannot be interrupted"
-    assert limited.stdout.count(said) == 1, limited.stdout[-2000:]
-    assert said not in unlimited.stdout, unlimited.stdout[-2000:]
+    assert limited.count(said) == 1, limited[-2000:]
+    assert said not in unlimited, unlimited[-2000:]
