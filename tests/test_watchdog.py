@@ -192,6 +192,7 @@ def test_timeout_records_its_seed_rerun_and_stacks(supervised):
     assert "in gelu_and_mul" in _stacks(run, hung)
     rerun = shlex.split(hung["failure"]["rerun"])  # in a worker the watchdog ends again, not hanging
     assert "no:xdist" not in rerun and rerun[rerun.index("-n") + 1] == "1", rerun
+    assert "--max-worker-restart=0" in rerun, rerun  # its one case done, no new worker to start
 
 
 def test_timeout_rerun_as_printed_is_ended_too(supervised):
@@ -201,6 +202,7 @@ def test_timeout_rerun_as_printed_is_ended_too(supervised):
     proc = _run([sys.executable, *command[1:]], supervised.folder, supervised.installed)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert f"opconform: TIMEOUT {HUNG}" in proc.stdout and "1 failed" in proc.stdout, proc.stdout[-3000:]
+    assert "replacing crashed worker" not in proc.stdout + proc.stderr, proc.stdout[-3000:]
 
 
 def test_crash_records_its_seed_rerun_and_stacks_not_on_the_terminal(supervised):
