@@ -1,11 +1,11 @@
 """The ``compiled`` backend: ``torch.compile(dynamic=True)`` of the native activation math.
 
 Design: validation runs eagerly (the compiled region never raises); each op flattens its
-gate and up halves to 1-D before the compiled kernel, so ranks and batch shapes share one
-graph; and the clamp limit travels as a 0-dim tensor, so a new limit value is an input,
-not a guard. Compiles therefore depend only on dtype and mode (a handful per op), never on
-the Hypothesis example. It is skipped where no compiler toolchain exists (a C++ compiler
-on CPU, triton on CUDA).
+gate and up halves to contiguous 1-D tensors of at least two elements before the compiled
+kernel, so ranks, batch shapes and views share one graph; and the clamp limit travels as a
+0-dim tensor, so a new limit value is an input, not a guard. Compiles therefore depend only
+on dtype and mode (a handful per op), never on the Hypothesis example. It is skipped where no
+compiler toolchain exists (a C++ compiler on CPU, triton on CUDA).
 """
 
 from __future__ import annotations
@@ -34,16 +34,23 @@ from reference.validation import (
 
 
 def _halves_1d(x: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return x[..., :d].reshape(-1), x[..., d:].reshape(-1)
+    """x's gate and up halves as ``_flat`` tensors (a kernel's result is read as ``out[: numel // 2]``)."""
+    return _flat(x[..., :d]), _flat(x[..., d:])
 
 
 @functools.cache
 def _kernels():
     compile_ = functools.partial(torch.compile, dynamic=True)
 
+    # One function per GELU mode: a mode is a guard, and 2 modes x 4 dtypes filled dynamo's
+    # recompile limit (8), past which the op ran eagerly.
     @compile_
-    def geglu(gate, up, approximate: str):
-        return F.gelu(gate, approximate=approximate) * up
+    def geglu_erf(gate, up):
+        return F.gelu(gate) * up
+
+    @compile_
+    def geglu_tanh(gate, up):
+        return F.gelu(gate, approximate="tanh") * up
 
     @compile_
     def swiglu(gate, up):
@@ -53,7 +60,7 @@ def _kernels():
     def swiglu_step(gate, up, limit):
         return torch.minimum(F.silu(gate), limit) * torch.clamp(up, -limit, limit)
 
-    return geglu, swiglu, swiglu_step
+    return {"none": geglu_erf, "tanh": geglu_tanh}, swiglu, swiglu_step
 
 
 @functools.cache
@@ -122,9 +129,12 @@ def _situ_kernels():
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
-    """x as a detached 1-D tensor of at least 2 elements (a zero appended to a single one, its
-    result discarded): dynamo specializes size 1, and a view's base rank varies (recompiles)."""
+    """x as a detached, contiguous 1-D tensor of at least 2 elements (a zero appended to a single
+    one, its result discarded): dynamo specializes size 1 and guards on a view's base rank and
+    stride (a strided half recompiled, until the recompile limit left the op eager)."""
     flat = x.reshape(-1).detach()
+    if flat.storage_offset() or not flat.is_contiguous():  # a half's offset is a guard too (0, 1, 2+)
+        flat = flat.clone(memory_format=torch.contiguous_format)
     return torch.cat([flat, flat.new_zeros(1)]) if flat.numel() == 1 else flat
 
 
@@ -223,12 +233,12 @@ class CompiledBackend:
         d = validate_gated_input(x)
         require_choice(approximate, "approximate", APPROXIMATE_MODES)
         gate, up = _halves_1d(x, d)
-        return _kernels()[0](gate, up, approximate).reshape(*x.shape[:-1], d)
+        return _kernels()[0][approximate](gate, up)[: x.numel() // 2].reshape(*x.shape[:-1], d)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
         d = validate_gated_input(x)
         gate, up = _halves_1d(x, d)
-        return _kernels()[1](gate, up).reshape(*x.shape[:-1], d)
+        return _kernels()[1](gate, up)[: x.numel() // 2].reshape(*x.shape[:-1], d)
 
     def swiglu_step_and_mul(self, x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
         d = validate_gated_input(x)
@@ -238,24 +248,24 @@ class CompiledBackend:
             out = _kernels()[1](gate, up)
         else:
             out = _kernels()[2](gate, up, torch.tensor(limit, dtype=x.dtype, device=x.device))
-        return out.reshape(*x.shape[:-1], d)
+        return out[: x.numel() // 2].reshape(*x.shape[:-1], d)
 
     def silu_clamped_and_mul(self, x: torch.Tensor, *, limit: float | None) -> torch.Tensor:
         d = validate_gated_input(x)
         limit = require_positive_finite_or_none(limit, "limit")
         gate, up = _halves_1d(x, d)
         out = _clamped_kernels()[0](gate, up, _limit_tensor(limit, x))
-        return out.reshape(*x.shape[:-1], d)
+        return out[: x.numel() // 2].reshape(*x.shape[:-1], d)
 
     def swiglu_oai_and_mul(self, x: torch.Tensor, *, alpha: float, limit: float | None, interleaved: bool):
         d = validate_gated_input(x)
         alpha = require_positive_finite(alpha, "alpha")
         limit = require_positive_finite_or_none(limit, "limit")
-        gate, up = (v.reshape(-1) for v in oai_gate_up(x, require_bool(interleaved, "interleaved")))
+        gate, up = (_flat(v) for v in oai_gate_up(x, require_bool(interleaved, "interleaved")))
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
         scalars = [torch.tensor(v, dtype=compute, device=x.device) for v in (alpha, limit or float("inf"))]
         out = _clamped_kernels()[1](gate, up, *scalars)
-        return out.to(x.dtype).reshape(*x.shape[:-1], d)
+        return out[: x.numel() // 2].to(x.dtype).reshape(*x.shape[:-1], d)
 
     # ACT-LIMIT-CONFIG: config parsing, nothing to compile.
     swiglu_limit = staticmethod(swiglu_limit)
@@ -282,7 +292,7 @@ class CompiledBackend:
         linear_beta = require_positive_finite_or_none(linear_beta, "linear_beta")
         if x.numel() == 0:
             return native.situ_and_mul(x, beta=beta, linear_beta=linear_beta)
-        gate, up = (_flat(v) for v in _halves_1d(x, d))
+        gate, up = _halves_1d(x, d)
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
         given = (beta,) if linear_beta is None else (beta, linear_beta)
         scalars = [torch.tensor(v, dtype=compute, device=x.device) for v in given]

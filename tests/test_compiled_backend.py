@@ -29,6 +29,30 @@ def test_new_shapes_and_limits_do_not_recompile():
     assert counters["stats"]["unique_graphs"] == before
 
 
+def test_gated_views_and_single_elements_do_not_recompile():
+    """After one warm-up call, strided views (of every gated op, interleaved gpt-oss included), halves
+    of one element and a single row's up half (a view at an offset) add no compiled frame: each
+    recompiled, and past dynamo's recompile limit the op ran eagerly."""
+    from torch._dynamo.utils import counters
+
+    def call_all(x):
+        BACKEND.gelu_and_mul(x, approximate="none")
+        BACKEND.silu_and_mul(x)
+        BACKEND.swiglu_step_and_mul(x, limit=3.0)
+        BACKEND.silu_clamped_and_mul(x, limit=3.0)
+        BACKEND.swiglu_oai_and_mul(x, alpha=1.702, limit=7.0, interleaved=True)
+        BACKEND.situ_and_mul(x, beta=2.0, linear_beta=None)
+        BACKEND.new_gelu(x)
+
+    call_all(torch.randn(3, 8))  # float32 only: the guards failed on strides and sizes, in every dtype
+    before = counters["stats"]["unique_graphs"]
+    views = (torch.randn(4, 6, 2)[..., 0], torch.randn(1, 12, 3)[..., 1], torch.randn(6, 16)[::2, 2:10],
+             torch.randn(6, 2, 4).transpose(0, 2))  # fmt: skip
+    for x in (*views, torch.randn(1, 2), torch.randn(1, 2, 3)[..., 0], torch.randn(1, 4), torch.randn(1, 8)):
+        call_all(x)
+    assert counters["stats"]["unique_graphs"] == before
+
+
 def test_norms_compile_once_per_dtype():
     """After one warm-up call per dtype, new shapes (a single row and d = 1 included), eps
     values, a float32 weight and residual (NORM-MIXED) and strided views (NORM-LAYOUT) add no

@@ -360,6 +360,26 @@ def test_entry_point_that_raises_is_a_usage_error(monkeypatch):
         selection.backends(SelectionConfig())
 
 
+def test_builtin_backends_are_not_asked_unavailable_before_the_run(monkeypatch):
+    """The eager unavailable() check asks a user's backend, never a built-in: diffusers' imported
+    diffusers (seconds) in every process of a run whose -k deselected its cases."""
+    import backends as registry
+
+    asked = []
+
+    class Users:
+        name = "users"
+
+        def unavailable(self, device):
+            asked.append(self.name)
+
+    builtins = registry.builtin_backends()
+    for backend in builtins:
+        monkeypatch.setattr(type(backend), "unavailable", lambda self, device: asked.append(self.name))
+    selection.check_unavailable([*builtins, Users()], ["cpu"])
+    assert asked == ["users"], asked
+
+
 def test_rerun_repeats_the_time_limit():
     """The rerun command of a case keeps --opconform-timeout, so rerunning a hung case cannot hang."""
     from conformance import rerun

@@ -3,16 +3,19 @@ it: the hang is ended from outside the worker and recorded as `timeout`, the cra
 each with its seed, rerun line and thread stacks in a file of the report's folder; the run goes
 on and every other case gets its result.
 
-The hang is a C busy loop compiled here with the machine's C compiler and called through ctypes:
-SIGALRM cannot interrupt it (a libc ``sleep`` would not do: the alarm interrupts it and the
-Python-level limit then works). No assertion depends on the machine's speed; the subprocess
-timeout is only a safety net, so that a watchdog that does not work fails the test instead of
-hanging it."""
+The hang is a C loop of ``pause()`` compiled here with the machine's C compiler and called through
+ctypes: SIGALRM cannot interrupt it (the signal ends one pause, the loop pauses again, and Python's
+handler would run only when the call returned; a libc ``sleep`` called from Python would not do: the
+alarm interrupts it and the Python-level limit then works). It waits without using the CPU: a busy
+loop held a core for the limit and grace, in the run and again in the rerun, about 9 CPU-s. No
+assertion depends on the machine's speed; the subprocess timeout is only a safety net, so that a
+watchdog that does not work fails the test instead of hanging it."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -28,8 +31,8 @@ from opconform import report
 
 REPO = Path(__file__).resolve().parent.parent
 SAFETY_NET_SECONDS = 300
-SPIN_C = "void opconform_spin(void) { volatile unsigned long i = 0; for (;;) i++; }\n"
-# spin: gelu_and_mul spins in C for ever, rms_norm is native's. abort: rms_norm logs each input it
+BLOCK_C = "#include <unistd.h>\nvoid opconform_block(void) { for (;;) pause(); }\n"
+# blocked: gelu_and_mul waits in C for ever, rms_norm is native's. abort: rms_norm logs each input it
 # is handed (pid, shape, sum) and aborts on its third call, so a rerun shows which examples it drew.
 BACKENDS = """
 import ctypes, os, pathlib
@@ -37,17 +40,17 @@ import ctypes, os, pathlib
 from backends.native import NativeBackend
 
 HERE = pathlib.Path(__file__).parent
-SPIN = ctypes.CDLL(str(HERE / "libspin.so"))
+BLOCK = ctypes.CDLL(str(HERE / "libblock.so"))
 
 
-class Spin:
-    name = "spin"
+class Blocked:
+    name = "blocked"
 
     def unavailable(self, device):
         return None
 
     def gelu_and_mul(self, x, *, approximate):
-        SPIN.opconform_spin()
+        BLOCK.opconform_block()
 
     rms_norm = staticmethod(NativeBackend.rms_norm)
 
@@ -68,15 +71,15 @@ class Abort:
         return NativeBackend.rms_norm(x, weight, eps=eps)
 
 
-ALL = [Spin(), Abort()]
+ALL = [Blocked(), Abort()]
 """
 SELECTION = "test_geglu_matches_oracle or test_rms_norm_matches_oracle"
-HUNG = "test_activations.py::test_geglu_matches_oracle[spin-cpu]"
+HUNG = "test_activations.py::test_geglu_matches_oracle[blocked-cpu]"
 CRASHED = "test_norms.py::test_rms_norm_matches_oracle[abort-cpu]"
 EXPECTED = {
     HUNG: "timeout",
     "test_activations.py::test_geglu_matches_oracle[abort-cpu]": "not implemented",
-    "test_norms.py::test_rms_norm_matches_oracle[spin-cpu]": "passed",
+    "test_norms.py::test_rms_norm_matches_oracle[blocked-cpu]": "passed",
     CRASHED: "crash",
 }
 
@@ -91,7 +94,7 @@ def _env(folder: Path, installed: Path | None) -> dict:
 
 
 def _run(command: list[str], cwd: Path, installed: Path | None = None) -> subprocess.CompletedProcess:
-    """``command`` in its own process group, ended whole (the spinning worker too) if it outlives
+    """``command`` in its own process group, ended whole (the blocked worker too) if it outlives
     the safety net: the test then fails instead of hanging."""
     proc = subprocess.Popen(command, cwd=cwd, env=_env(cwd, installed), text=True, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
@@ -106,16 +109,16 @@ def _run(command: list[str], cwd: Path, installed: Path | None = None) -> subpro
 
 @pytest.fixture(scope="module")
 def supervised(tmp_path_factory):
-    """One `opconform run --timeout 3 --profile dev` of the spin and abort backends, into a folder
+    """One `opconform run --timeout 3 --profile dev` of the blocked and abort backends, into a folder
     that holds a stale stacks file of an earlier report."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        pytest.skip("no C compiler (cc, gcc) to build the busy loop")
+        pytest.skip("no C compiler (cc, gcc) to build the blocking loop")
     if importlib.util.find_spec("xdist") is None:
         pytest.skip("pytest-xdist is not installed: no worker process to supervise")
     folder = tmp_path_factory.mktemp("watchdog")
-    (folder / "spin.c").write_text(SPIN_C)
-    library, source = folder / "libspin.so", folder / "spin.c"
+    (folder / "block.c").write_text(BLOCK_C)
+    library, source = folder / "libblock.so", folder / "block.c"
     subprocess.run(
         [compiler, "-shared", "-fPIC", "-O0", "-o", str(library), str(source)],
         check=True,
@@ -148,13 +151,13 @@ def supervised(tmp_path_factory):
 
 
 def test_native_hang_is_a_timeout_and_the_run_goes_on(supervised):
-    """A case spinning in C is ended from outside its worker (SIGALRM cannot stop it): a TIMEOUT cell
+    """A case blocked in C is ended from outside its worker (SIGALRM cannot stop it): a TIMEOUT cell
     naming the case, and a new worker runs the rest, so every case has its result."""
     run = supervised
     message = run.proc.stdout[-4000:] + run.proc.stderr[-2000:]
     assert {nodeid: case["outcome"] for nodeid, case in run.cases.items()} == EXPECTED, message
     hung = run.cases[HUNG]
-    assert report.build_matrix(run.document).cell("ACT-GEGLU", "spin@cpu").state == "timeout", message
+    assert report.build_matrix(run.document).cell("ACT-GEGLU", "blocked@cpu").state == "timeout", message
     assert "per-case time limit of 3 s" in hung["failure"]["error"], hung["failure"]
     assert hung["failure"]["clause"] == "ACT-GEGLU" and hung["level"] == "MUST", hung
     later = [c for c in run.cases.values() if c["outcome"] == "passed" and c["start"] > hung["start"]]
@@ -183,7 +186,7 @@ def _stacks(run, case: dict) -> str:
 
 def test_timeout_records_its_seed_rerun_and_stacks(supervised):
     """The ended case's record: the seed its examples were drawn with, a rerun line repeating it in
-    one xdist worker (so the rerun is ended too), and its thread stacks at the end (the spinning
+    one xdist worker (so the rerun is ended too), and its thread stacks at the end (the blocked
     frame among them) in a file the reports name."""
     run = supervised
     hung = run.cases[HUNG]
@@ -191,6 +194,7 @@ def test_timeout_records_its_seed_rerun_and_stacks(supervised):
     assert "in gelu_and_mul" in _stacks(run, hung)
     rerun = shlex.split(hung["failure"]["rerun"])  # in a worker the watchdog ends again, not hanging
     assert "no:xdist" not in rerun and rerun[rerun.index("-n") + 1] == "1", rerun
+    assert "--max-worker-restart=0" in rerun, rerun  # its one case done, no new worker to start
 
 
 def test_timeout_rerun_as_printed_is_ended_too(supervised):
@@ -200,6 +204,7 @@ def test_timeout_rerun_as_printed_is_ended_too(supervised):
     proc = _run([sys.executable, *command[1:]], supervised.folder, supervised.installed)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert f"opconform: TIMEOUT {HUNG}" in proc.stdout and "1 failed" in proc.stdout, proc.stdout[-3000:]
+    assert "replacing crashed worker" not in proc.stdout + proc.stderr, proc.stdout[-3000:]
 
 
 def test_crash_records_its_seed_rerun_and_stacks_not_on_the_terminal(supervised):
@@ -228,15 +233,24 @@ def test_crash_rerun_draws_the_same_examples(supervised):
     assert [inputs for _, inputs in drawn] == [line.split(" ", 1)[1] for line in crashed_in[-3:]]
 
 
+# Both runs in one interpreter (pytest.main each): one start of Python, torch and the suite's
+# collection instead of two; each run's output ends with its exit line.
+WITHOUT_XDIST = """
+import sys, pytest
+base = ["--pyargs", "conformance", "-p", "no:xdist", "-p", "no:cacheprovider", "--backend", "native",
+        "--device", "cpu", "-k", "test_rms_norm_matches_oracle", "-q"]
+for extra in ([], ["--opconform-timeout", "0"]):
+    code = pytest.main([*base, *extra])
+    print(f"=== exit {int(code)}", flush=True)
+"""
+
+
 def test_without_xdist_one_line_says_a_native_hang_cannot_be_interrupted(tmp_path):
     """A run of the suite's cases in pytest's own process says once that no watchdog runs; with no
     time limit (--opconform-timeout 0) there is nothing to say."""
-    base = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:xdist",
-            "-p", "no:cacheprovider", "--backend", "native", "--device", "cpu",
-            "-k", "test_rms_norm_matches_oracle", "-q"]  # fmt: skip
-    limited = _run(base, tmp_path)
-    unlimited = _run([*base, "--opconform-timeout", "0"], tmp_path)
-    assert limited.returncode == unlimited.returncode == 0, limited.stdout[-2000:] + unlimited.stdout[-2000:]
+    proc = _run([sys.executable, "-c", WITHOUT_XDIST], tmp_path)
+    limited, limited_exit, unlimited, unlimited_exit, _ = re.split(r"=== exit (-?\d+)\n", proc.stdout)
+    assert limited_exit == unlimited_exit == "0", proc.stdout[-3000:] + proc.stderr[-2000:]
     said = "a hang in native code cannot be interrupted"
-    assert limited.stdout.count(said) == 1, limited.stdout[-2000:]
-    assert said not in unlimited.stdout, unlimited.stdout[-2000:]
+    assert limited.count(said) == 1, limited[-2000:]
+    assert said not in unlimited, unlimited[-2000:]

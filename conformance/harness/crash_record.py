@@ -57,11 +57,13 @@ def keep_stacks(written: Path, json_path: str | None, nodeid: str) -> Path | Non
 
 def supervised(command: str) -> str:
     """A rerun line in one xdist worker instead of pytest's own process (``-p no:xdist``), so the
-    watchdog ends a native hang again rather than the rerun hanging for ever."""
+    watchdog ends a native hang again rather than the rerun hanging for ever; with no worker
+    restart, as the one case has nothing after it (xdist started a new worker, Python, torch and
+    the suite's collection, only to stop it)."""
     words = shlex.split(command)
     for i in range(len(words) - 1):
         if words[i : i + 2] == ["-p", "no:xdist"]:
-            words[i : i + 2] = ["-n", "1"]
+            words[i : i + 2] = ["-n", "1", "--max-worker-restart=0"]
             break
     return shlex.join(words)
 

@@ -85,23 +85,34 @@ def devices(config) -> list[str]:
 def is_peer(backend) -> bool:
     """Whether ``backend`` is one of the built-in peers (``backends.PEERS``), not a user's backend of
     the same name."""
-    if backend is None:
+    if backend is None:  # never import backends then: a user's project may have its own
         return False
-    from backends import BUILTIN, PEERS
+    from backends import PEERS
 
-    if backend.name not in PEERS:
+    return backend.name in PEERS and is_builtin(backend)
+
+
+def is_builtin(backend) -> bool:
+    """Whether ``backend`` is the registry's own built-in of its name (``backends.BUILTIN``), not a
+    user's or an entry point's backend."""
+    from backends import BUILTIN
+
+    target = BUILTIN.get(getattr(backend, "name", None))
+    if target is None:
         return False
-    module, defined_in = BUILTIN[backend.name].partition(":")[0], type(backend).__module__
+    module, defined_in = target.partition(":")[0], type(backend).__module__
     return defined_in == module or defined_in.startswith(module + ".")
 
 
 def check_unavailable(backends: list, devices: list[str]) -> None:
-    """Ask each backend ``unavailable`` once per present device before any case runs: one that raises
-    is a broken backend, one usage error naming it (every case would otherwise fail, even of ops it
-    does not implement, and none of them for a fault of its kernels)."""
+    """Ask each user's or entry point's backend ``unavailable`` once per present device before any
+    case runs: one that raises is a broken backend, one usage error naming it (every case would
+    otherwise fail, even of ops it does not implement, and none of them for a fault of its kernels).
+    The built-in backends are not asked: theirs catch their own failures and return the reason, and
+    diffusers' imports diffusers (seconds), in every process, even when -k deselects its cases."""
     import torch
 
-    for backend in backends:
+    for backend in [b for b in backends if not is_builtin(b)]:
         for name in devices:
             try:
                 backend.unavailable(torch.device(name))
