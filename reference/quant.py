@@ -192,15 +192,21 @@ def fp8_quant(
     of the format (the first of ``fp8_max_values``); else the given float32 scalar. q =
     fp8_round(x / scale), saturated. Returns (q, scale [1])."""
     validate_activation(x)
-    _require_fp8_dtype(fp8_dtype)
+    validate_fp8_scale(fp8_dtype, scale)
     if scale is not None:
-        _require_scale(scale, "scale", (1,))
         s = _x64(scale).reshape(1)
     else:
         s = _x64(x).abs().amax().reshape(1) / fp8_max_values(fp8_dtype)[0]
     if not bool(s > 0):
         raise ValueError(f"scale must be > 0, got {s.item()} (a dynamic scale of an all-zero x)")
     return fp8_round(_x64(x) / s, fp8_dtype), s
+
+
+def validate_fp8_scale(fp8_dtype, scale) -> None:
+    """QUANT-ERRORS: an e4m3 format, and a float32 scale of numel 1 or None (dynamic)."""
+    _require_fp8_dtype(fp8_dtype)
+    if scale is not None:
+        _require_scale(scale, "scale", (1,))
 
 
 def validate_group_args(x, group_size, fp8_dtype, use_ue8m0) -> int:
