@@ -74,6 +74,7 @@ class Int8MmRecipe:
     bias: bool = False
     cancel: bool = False
     b_scale_layout: str = "row"  # [1, N], "column" [N, 1], "flat" [N]
+    b_transposed: bool = False
 
     def make(self, device="cpu"):
         gen = _generator(self.seed)
@@ -86,6 +87,8 @@ class Int8MmRecipe:
         else:
             a = torch.randint(-127, 128, (m, k), generator=gen, dtype=torch.int8)
             b = torch.randint(-127, 128, (k, n), generator=gen, dtype=torch.int8)
+        if self.b_transposed:  # QUANT-W8A8-MM: the [N, K] weight's transposed view, as vLLM passes it
+            b = b.T.contiguous().T
         scale_a = torch.rand(1 if self.per_tensor_a else m, 1, generator=gen) * 0.02 + 1e-3
         scale_b = torch.rand(1 if self.per_tensor_b else n, generator=gen) * 0.02 + 1e-3
         if not self.per_tensor_b:
@@ -103,7 +106,8 @@ def int8_mm_inputs(*, per_tensor=None, bias=None, cancel=None):
     cancel = st.just(False) if cancel is None else cancel
     layouts = st.sampled_from(("row", "column", "flat"))
     shapes, dtypes = st.sampled_from(MM_SHAPES), st.sampled_from(OUT_DTYPES)
-    return st.builds(Int8MmRecipe, shapes, dtypes, seeds(), per_tensor, per_tensor, bias, cancel, layouts)
+    return st.builds(Int8MmRecipe, shapes, dtypes, seeds(), per_tensor, per_tensor, bias, cancel, layouts,
+                     st.booleans())  # fmt: skip
 
 
 @dataclass(frozen=True)
