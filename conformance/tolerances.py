@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from reference.quant import gemm_magnitude
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -386,21 +388,12 @@ def angle_scale(positions: torch.Tensor, inv_freq: torch.Tensor, attention_facto
 
 
 SCALING_RULES = SCALING_RULES + (pair_scale, angle_scale)
-# --- quant (spec/quant.md, QUANT-TOL), in its own block: "quant" judges GEMM outputs (rtol 2 unit
-# roundoffs of out_dtype: the cast and the bias add; atol 5e-4 of the magnitude summed, gemm_scale: a
-# float32 accumulation's K u32 for K <= 8192, whatever out_dtype), "quant-scale" a quantizer's float32
-# scales (2 float32 roundings: amax / F or amax * (1/F)).
-TOLERANCES["quant"] = {
-    torch.float16: Tolerance(rtol=1e-3, atol=5e-4),
-    torch.bfloat16: Tolerance(rtol=8e-3, atol=5e-4),
-}
-TOLERANCES["quant-scale"] = {torch.float32: Tolerance(rtol=2.4e-7, atol=0.0)}
+_QUANT = {torch.float16: Tolerance(rtol=1e-3, atol=5e-4), torch.bfloat16: Tolerance(rtol=8e-3, atol=5e-4)}
+TOLERANCES.update({"quant": _QUANT, "quant-scale": {torch.float32: Tolerance(rtol=2.4e-7, atol=0.0)}})
 
 
 def gemm_scale(a, b, scale_a, scale_b, *, block_size=None) -> torch.Tensor:
-    """QUANT-TOL: M[m, n] = sum_k |a_deq[m, k]| |b_deq[k, n]| (reference.quant.gemm_magnitude)."""
-    from reference.quant import gemm_magnitude
-
+    """QUANT-TOL (spec/quant.md): the GEMMs' atol scale M = sum_k |a_deq| |b_deq| (gemm_magnitude)."""
     return gemm_magnitude(a.cpu(), b.cpu(), scale_a.cpu(), scale_b.cpu(), block_size=block_size)
 
 
