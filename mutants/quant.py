@@ -11,6 +11,7 @@ import torch
 
 from backends import native_quant as nq
 from backends.native import NativeBackend
+from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from mutants._quant_fp8 import (  # noqa: E402 - the fp8 half of the catalogue
     BlockActivationScaleFirstGroup,
     BlockFromScaleShape,
@@ -217,6 +218,31 @@ class OutputFloat32(NativeBackend):
         return nq.int8_scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype).float()
 
 
+class NpuPertokenScaleDropped(AscendBackend):
+    """The Ascend adapter calls npu_quant_matmul with the weight scale only, no pertoken_scale: every
+    token keeps its int8 magnitude (the table allows bfloat16 output without it).
+
+    Origin: a static-activation (per-tensor) W8A8 path reused for dynamic per-token checkpoints; the
+    W8A8 accuracy drops of Ascend ports (Ascend/sglang#116) are of this kind of silent mis-scaling.
+    Caught by: QUANT-W8A8-SCALES, QUANT-W8A8-MM.
+    """
+
+    name = "npu-pertoken-scale-dropped"
+    clauses = {"QUANT-W8A8-SCALES", "QUANT-W8A8-MM"}
+
+    def __init__(self):
+        super().__init__(self.name, load_emulator, emulator_unavailable)
+
+    def int8_scaled_mm(self, a, b, scale_a, scale_b, *, bias, out_dtype):
+        rq.validate_int8_mm(a, b, scale_a, scale_b, bias, out_dtype)
+        if out_dtype != torch.bfloat16:  # float16 needs the pertoken_scale for its bias: the real path
+            return super().int8_scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=out_dtype)
+        scale = scale_b.reshape(-1).contiguous()
+        return self.ops.npu_quant_matmul(
+            a.contiguous(), b.contiguous(), scale, bias=bias, output_dtype=out_dtype
+        )
+
+
 BACKENDS = [
     Int8ScaleOver128(),
     Int8PerTensorScale(),
@@ -229,6 +255,7 @@ BACKENDS = [
     BiasBeforeScales(),
     Float32BiasRequired(),
     OutputFloat32(),
+    NpuPertokenScaleDropped(),
     FnuzMax448(),
     E4m3fnMax240(),
     Fp8NoSaturation(),
