@@ -1,4 +1,4 @@
-"""Oracles for the quantized linear-layer contracts (clauses QUANT-*, spec/quant.md).
+"""Oracles for the quantized linear-layer contracts (clauses QUANT-*).
 
 Each oracle computes in float64 from the exact values it is given and returns float64 on the
 input's device. A quantizer's oracle returns ``(q, scale)``: ``scale`` the float64 value the clause
@@ -38,7 +38,7 @@ __all__ = [
 INT8_MAX = 127  # QUANT-INT8-SCALE: symmetric, scale = amax / 127
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 # QUANT-FP8-TENSOR: the divisor a dynamic scale may use: the format's largest finite value, and for
-# e4m3fnuz also 224 (vLLM's ROCm kernels; spec/quant.md, Sources).
+# e4m3fnuz also 224 (vLLM's ROCm kernels; QUANT-FP8-TENSOR's sources).
 _FNUZ_VLLM_MAX = 224.0
 OUT_DTYPES = (torch.bfloat16, torch.float16)  # QUANT-W8A8-DTYPE, QUANT-FP8-BLOCK-MM
 GROUP_SIZES = (32, 64, 128)  # QUANT-FP8-GROUP
