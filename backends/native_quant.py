@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from reference import quant as _quant
+from reference.quant_w4a16 import validate_w4a16_args
 
 __all__ = [
     "dynamic_int8_quant",
@@ -18,6 +19,7 @@ __all__ = [
     "fp8_group_quant",
     "fp8_quant",
     "int8_scaled_mm",
+    "w4a16_mm",
 ]
 
 # QUANT-FP8-GROUP: vLLM's amax floor, so a zero group gets a positive scale.
@@ -112,3 +114,33 @@ def fp8_fn_to_fnuz(weight, weight_scale, input_scale):
     bits[bits == -128] = 0
     doubled = None if input_scale is None else input_scale * 2.0
     return bits.view(torch.float8_e4m3fnuz), weight_scale * 2.0, doubled
+
+
+# QUANT-W4A16-PACKING: the column of an AWQ word's nibble i (AutoAWQ packs columns 0, 2, 4, 6, 1, 3, 5, 7).
+AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def nibbles(words: torch.Tensor) -> torch.Tensor:
+    """int32 [..., W] -> [..., W, 8]: nibble i of each word is (word >> 4 i) & 15."""
+    return torch.stack([(words >> (4 * i)) & 0xF for i in range(8)], dim=-1)
+
+
+def awq_columns(words: torch.Tensor) -> torch.Tensor:
+    """AWQ words [R, N / 8] -> values [R, N]: nibble i goes to column 8 c + AWQ_PACK_ORDER[i]."""
+    out = torch.empty(*words.shape[:-1], words.shape[-1], 8, dtype=torch.int32, device=words.device)
+    for i, column in enumerate(AWQ_PACK_ORDER):
+        out[..., column] = (words >> (4 * i)) & 0xF
+    return out.flatten(-2)
+
+
+def w4a16_mm(x, qweight, scales, qzeros, *, group_size, packing):
+    """QUANT-W4A16-MM: dequantize in the scales' dtype ((q - zero) * scale, as vLLM's torch AWQ
+    dequantization does), then x @ w in x's dtype."""
+    _, n, g = validate_w4a16_args(x, qweight, scales, qzeros, group_size, packing)
+    if packing == "awq":
+        q, zeros = awq_columns(qweight), awq_columns(qzeros)
+    else:  # GPTQ: rows packed along K, zeros along N in order; v1 stores zero - 1
+        q = nibbles(qweight).transpose(-1, -2).reshape(-1, n)
+        zeros = nibbles(qzeros).flatten(-2) + (1 if packing == "gptq" else 0)
+    w = (q - zeros.repeat_interleave(g, dim=0)).to(scales.dtype) * scales.repeat_interleave(g, dim=0)
+    return x @ w.to(x.dtype)

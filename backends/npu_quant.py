@@ -46,5 +46,5 @@ def install(cls) -> None:
     """The quant ops as methods of the adapter class ``cls``; the fp8 ones not implemented, with why."""
     for op in (dynamic_int8_quant, int8_scaled_mm):
         setattr(cls, op.__name__, op)
-    for op in ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz"):
+    for op in ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz", "w4a16_mm"):
         setattr(cls, op, NotImplementedOp(_NO_FP8))

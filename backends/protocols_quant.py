@@ -52,3 +52,16 @@ class QuantOps(Protocol):
     def fp8_fn_to_fnuz(
         self, weight: torch.Tensor, weight_scale: torch.Tensor, input_scale: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]: ...
+
+    def w4a16_mm(
+        self,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        scales: torch.Tensor,
+        qzeros: torch.Tensor,
+        *,
+        group_size: int,
+        packing: str,
+    ) -> torch.Tensor:
+        """x [M, K] @ the int4 weight [K, N] of an AWQ or GPTQ checkpoint (int32 words), in x's dtype."""
+        ...

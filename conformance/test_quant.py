@@ -19,8 +19,9 @@ from conformance.checks import assert_close, check, describe
 from conformance.harness import profiles
 from conformance.quant_checks import check_on_grid, check_quantized, check_scales
 from conformance.strategies import quant as draws
-from conformance.tolerances import gemm_scale
+from conformance.tolerances import gemm_scale, tolerance
 from reference import quant as oracle
+from reference.quant_w4a16 import w4a16_weight
 
 FAMILY = "quant"
 
@@ -107,7 +108,7 @@ def _mm(backend, device, recipe, clause):
     got = backend.int8_scaled_mm(a, b, scale_a, scale_b, bias=bias, out_dtype=recipe.out_dtype)
     cpu = [None if t is None else t.cpu() for t in (a, b, scale_a, scale_b, bias)]
     want = oracle.int8_scaled_mm(*cpu[:4], bias=cpu[4], out_dtype=recipe.out_dtype)
-    scale = gemm_scale(*cpu[:4])
+    scale = gemm_scale(*oracle.dequantized_operands(*cpu[:4]))
     out_dtype = recipe.out_dtype
     assert_close(got, want, clause=clause, family=FAMILY, context=context, dtype=out_dtype, device=device,
                  atol_scale=scale)  # fmt: skip
@@ -254,7 +255,7 @@ def _block(backend, device, recipe, clause):
     got = backend.fp8_block_scaled_mm(a, b, a_s, b_s, **kw)
     cpu = [t.cpu() for t in (a, b, a_s, b_s)]
     want = oracle.fp8_block_scaled_mm(*cpu, **kw)
-    scale = gemm_scale(*cpu, block_size=recipe.block_size)
+    scale = gemm_scale(*oracle.dequantized_operands(*cpu, block_size=recipe.block_size))
     out_dtype = recipe.out_dtype
     assert_close(got, want, clause=clause, family=FAMILY, context=context, dtype=out_dtype, device=device,
                  atol_scale=scale)  # fmt: skip
@@ -321,3 +322,48 @@ def test_fnuz_conversion_keeps_dequantized_values(backend, device, recipe):
 def test_should_reject_bad_input(backend, device, case):
     """Bad input raises the documented exception type, with a message naming the argument."""
     check_backend_raises(case, backend, device)
+
+
+def _w4(backend, device, recipe, clause):
+    x, qweight, scales, qzeros = recipe.make(device)
+    kw = {"group_size": recipe.group_size, "packing": recipe.packing}
+    context = describe(backend, device, "w4a16_mm", **kw) + f": x {tuple(x.shape)} {recipe.dtype}"
+    got = backend.w4a16_mm(x, qweight, scales, qzeros, **kw)
+    cpu = [t.cpu() for t in (x, qweight, scales, qzeros)]
+    want = oracle.w4a16_mm(*cpu, **kw)
+    weight = w4a16_weight(*cpu[1:], **kw)
+    tol = tolerance("quant-int4", recipe.dtype)
+    assert_close(got, want, clause=clause, context=context, tol=tol, dtype=recipe.dtype, device=device,
+                 atol_scale=gemm_scale(cpu[0], weight))  # fmt: skip
+
+
+@pytest.mark.clause("QUANT-W4A16-MM")
+@pytest.mark.op("w4a16_mm")
+@given(recipe=draws.w4a16_inputs())
+def test_w4a16_matches_oracle(backend, device, recipe):
+    """x @ ((q - zero) * scale) per group of K, AWQ and GPTQ (v1, v2) checkpoints."""
+    _w4(backend, device, recipe, "QUANT-W4A16-MM")
+
+
+@pytest.mark.clause("QUANT-W4A16-PACKING")
+@pytest.mark.op("w4a16_mm")
+@given(recipe=draws.w4a16_inputs(packings=("awq", "gptq_v2")))
+def test_w4a16_nibble_order(backend, device, recipe):
+    """AWQ's interleaved nibbles along N and GPTQ's sequential nibbles along K."""
+    _w4(backend, device, recipe, "QUANT-W4A16-PACKING")
+
+
+@pytest.mark.clause("QUANT-W4A16-ZEROS")
+@pytest.mark.op("w4a16_mm")
+@given(recipe=draws.w4a16_inputs(packings=("gptq", "gptq_v2")))
+def test_w4a16_zero_conventions(backend, device, recipe):
+    """A GPTQ v1 checkpoint's stored zeros are the zeros minus one; gptq_v2's are the zeros."""
+    _w4(backend, device, recipe, "QUANT-W4A16-ZEROS")
+
+
+@pytest.mark.clause("QUANT-W4A16-GROUPS")
+@pytest.mark.op("w4a16_mm")
+@given(recipe=draws.w4a16_inputs())
+def test_w4a16_groups(backend, device, recipe):
+    """Group sizes 32, 64, 128: row k takes group k // group_size's scale and zero."""
+    _w4(backend, device, recipe, "QUANT-W4A16-GROUPS")

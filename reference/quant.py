@@ -17,11 +17,13 @@ import numbers
 
 import torch
 
+from reference.quant_w4a16 import w4a16_mm
 from reference.validation import require_floating, require_int, require_tensor
 
 __all__ = [
     "FP8_DTYPES",
     "INT8_MAX",
+    "dequantized_operands",
     "dynamic_int8_quant",
     "fp8_block_scaled_mm",
     "fp8_fn_to_fnuz",
@@ -33,6 +35,7 @@ __all__ = [
     "int8_scaled_mm",
     "round_half_even",
     "ue8m0",
+    "w4a16_mm",
 ]
 
 INT8_MAX = 127  # QUANT-INT8-SCALE: symmetric, scale = amax / 127
@@ -174,15 +177,20 @@ def int8_scaled_mm(
     return out if bias is None else out + _x64(bias)
 
 
+def dequantized_operands(a, b, scale_a, scale_b, *, block_size=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """QUANT-TOL: a GEMM's operands times their scales in float64, as [M, K] and [K, N] (b given as
+    [K, N] for int8, as [N, K] with ``block_size`` for the block-scaled fp8 GEMM)."""
+    if block_size is None:
+        return _x64(a) * _per(scale_a, a.shape[0], rows=True), _x64(b) * _per(scale_b, b.shape[1], rows=False)
+    a_deq, b_deq = _block_dequant(a, b, scale_a, scale_b, block_size)
+    return a_deq, b_deq.T
+
+
 def gemm_magnitude(a, b, scale_a, scale_b, *, block_size=None) -> torch.Tensor:
     """QUANT-TOL: M[m, n] = sum_k |a_deq[m, k]| |b_deq[k, n]|, the magnitude an accumulation's
-    rounding is relative to (b given as [K, N] for int8, [N, K] with ``block_size`` for fp8)."""
-    if block_size is None:
-        a_deq = _x64(a).abs() * _per(scale_a, a.shape[0], rows=True).abs()
-        b_deq = _x64(b).abs() * _per(scale_b, b.shape[1], rows=False).abs()
-        return a_deq @ b_deq
-    a_deq, b_deq = _block_dequant(a, b, scale_a, scale_b, block_size)
-    return a_deq.abs() @ b_deq.abs().T
+    rounding is relative to."""
+    a_deq, b_deq = dequantized_operands(a, b, scale_a, scale_b, block_size=block_size)
+    return a_deq.abs() @ b_deq.abs()
 
 
 def fp8_quant(

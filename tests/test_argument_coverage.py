@@ -47,7 +47,11 @@ HOLDOUTS: dict[tuple[str, str, str], str] = {
     # --- quant (spec/quant.md): the operands' dtypes are the contract; the field's quant kernels take
     # contiguous tensors (vLLM's TORCH_CHECK(input.is_contiguous()), QUANT-INT8-SCALE's Sources) ---
     **{
-        (op, argument, "dtype"): "int8 / fp8 operands and float32 scales by contract (QUANT-ERRORS otherwise)"
+        (
+            op,
+            argument,
+            "dtype",
+        ): "int8 / fp8 / int32-packed operands and float32 scales by contract (QUANT-ERRORS)"
         for op, argument in (
             ("int8_scaled_mm", "a"),
             ("int8_scaled_mm", "b"),
@@ -59,6 +63,8 @@ HOLDOUTS: dict[tuple[str, str, str], str] = {
             ("fp8_fn_to_fnuz", "weight"),
             ("fp8_fn_to_fnuz", "weight_scale"),
             ("fp8_fn_to_fnuz", "input_scale"),
+            ("w4a16_mm", "qweight"),
+            ("w4a16_mm", "qzeros"),
         )
     },
     **{
@@ -79,6 +85,10 @@ HOLDOUTS: dict[tuple[str, str, str], str] = {
             ("fp8_fn_to_fnuz", "weight"),
             ("fp8_fn_to_fnuz", "weight_scale"),
             ("fp8_fn_to_fnuz", "input_scale"),
+            ("w4a16_mm", "x"),
+            ("w4a16_mm", "qweight"),
+            ("w4a16_mm", "scales"),
+            ("w4a16_mm", "qzeros"),
         )
     },
     ("fp8_block_scaled_mm", "block_size", "value"): "[128, 128], the weight_block_size of every released "

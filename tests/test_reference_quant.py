@@ -195,3 +195,55 @@ def test_oracle_raises_the_shared_error_cases(case):
     """QUANT-ERRORS: every shared bad-input record raises its exception, naming the argument."""
     with pytest.raises(case.exception, match=case.match):
         case.call(oracle)
+
+
+def _brute_w4_weight(qweight, scales, qzeros, group_size, packing):
+    """QUANT-W4A16-* from the text, one element at a time with Python ints: AWQ nibble i (shift 4 i) holds
+    column 0, 2, 4, 6, 1, 3, 5, 7 of its group; GPTQ nibble i of word r holds row 8 r + i, zeros in order
+    along N, a v1 zero stored minus one."""
+    awq_columns = [0, 2, 4, 6, 1, 3, 5, 7]
+    qw, qz, sc = qweight.tolist(), qzeros.tolist(), scales.double().tolist()
+
+    def nibble(word, i):
+        return ((word & 0xFFFFFFFF) >> (4 * i)) & 0xF
+
+    k_size = len(qw) if packing == "awq" else 8 * len(qw)
+    n_size = len(sc[0])
+    w = [[0.0] * n_size for _ in range(k_size)]
+    for k in range(k_size):
+        g = k // group_size
+        for n in range(n_size):
+            if packing == "awq":
+                q = nibble(qw[k][n // 8], awq_columns.index(n % 8))
+                zero = nibble(qz[g][n // 8], awq_columns.index(n % 8))
+            else:
+                q = nibble(qw[k // 8][n], k % 8)
+                zero = nibble(qz[g][n // 8], n % 8) + (1 if packing == "gptq" else 0)
+            w[k][n] = (q - zero) * sc[g][n]
+    return torch.tensor(w, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("packing", ["awq", "gptq", "gptq_v2"])
+def test_w4a16_matches_brute_force_unpacking(packing):
+    """The oracle's weight equals the element-by-element reading of the text, on words the strategies
+    packed (negative int32 words included), and the GEMM is x @ that weight."""
+    from conformance.strategies.quant import W4Recipe
+    from reference.quant_w4a16 import w4a16_weight
+
+    x, qweight, scales, qzeros = W4Recipe((2, 64, 16), 32, packing, torch.float16, 7).make()
+    assert bool((qweight < 0).any())  # top nibbles >= 8 make negative words
+    want = _brute_w4_weight(qweight, scales, qzeros, 32, packing)
+    got = w4a16_weight(qweight, scales, qzeros, group_size=32, packing=packing)
+    assert torch.equal(got, want)
+    out = oracle.w4a16_mm(x, qweight, scales, qzeros, group_size=32, packing=packing)
+    torch.testing.assert_close(out, x.double() @ want, rtol=1e-12, atol=1e-12)
+
+
+def test_w4a16_packings_differ():
+    """The same words read as AWQ and as GPTQ v2 give different weights (the order is data)."""
+    from conformance.strategies.quant import W4Recipe
+
+    x, qweight, scales, qzeros = W4Recipe((2, 64, 64), 32, "awq", torch.float16, 8).make()
+    awq = oracle.w4a16_mm(x, qweight, scales, qzeros, group_size=32, packing="awq")
+    swapped = oracle.w4a16_mm(x, qweight.T.contiguous(), scales, qzeros, group_size=32, packing="gptq_v2")
+    assert not torch.allclose(awq, swapped)

@@ -70,6 +70,21 @@ def _fnuz(*, weight_dtype=E4M3, scale_dtype=torch.float32):
     return build
 
 
+def _w4(
+    *, packing="awq", qweight=(128, 2), qzeros=(4, 2), scales=(4, 16), group_size=32, q_dtype=torch.int32
+):
+    def build(d):
+        args = (
+            torch.ones(2, 128, dtype=torch.float16, device=d),
+            torch.zeros(qweight, dtype=q_dtype, device=d),
+            torch.ones(scales, dtype=torch.float16, device=d),
+            torch.zeros(qzeros, dtype=torch.int32, device=d),
+        )
+        return args, {"group_size": group_size, "packing": packing}
+
+    return build
+
+
 ERRORS = [
     _case("dynamic_int8_quant", "integer-x", TypeError, "x", _int8_quant(dtype=torch.int32)),
     _case("dynamic_int8_quant", "one-dim-x", ValueError, "x", _int8_quant(shape=(8,))),
@@ -95,4 +110,9 @@ ERRORS = [
     _case("fp8_block_scaled_mm", "out-float8", ValueError, "out_dtype", _block(out_dtype=E4M3)),
     _case("fp8_fn_to_fnuz", "weight-fnuz", ValueError, "weight", _fnuz(weight_dtype=torch.float8_e4m3fnuz)),
     _case("fp8_fn_to_fnuz", "scale-bf16", TypeError, "weight_scale", _fnuz(scale_dtype=torch.bfloat16)),
+    _case("w4a16_mm", "packing-unknown", ValueError, "packing", _w4(packing="marlin")),
+    _case("w4a16_mm", "qweight-int8", ValueError, "qweight", _w4(q_dtype=torch.int8)),
+    _case("w4a16_mm", "qweight-gptq-shape", ValueError, "qweight", _w4(packing="gptq")),
+    _case("w4a16_mm", "qzeros-shape", ValueError, "qzeros", _w4(qzeros=(2, 2))),
+    _case("w4a16_mm", "group-not-dividing", ValueError, "group_size", _w4(group_size=48)),
 ]

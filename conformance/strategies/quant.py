@@ -217,3 +217,54 @@ class FnuzRecipe:
 
 def fnuz_inputs():
     return st.builds(FnuzRecipe, st.sampled_from(((3, 16), (129, 7), (2, 300))), seeds(), st.booleans())
+
+
+# QUANT-W4A16-PACKING: the column of an AWQ word's nibble i (written from the text, not the oracle).
+AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+W4_SHAPES = ((3, 128, 16), (1, 384, 8), (130, 256, 24))  # (M, K, N): K a multiple of 128, M past 128
+
+
+def pack_int4(values: torch.Tensor, *, dim: int, awq: bool) -> torch.Tensor:
+    """Values 0..15 [R, C] -> int32 words, 8 per word along ``dim`` (1: columns, 0: rows); AWQ puts
+    column AWQ_PACK_ORDER[i] of a group in nibble i, GPTQ element i in nibble i."""
+    v = values.to(torch.int64)
+    v = v.unflatten(1, (-1, 8)) if dim == 1 else v.unflatten(0, (-1, 8)).transpose(1, 2)  # [.., .., 8]
+    order = AWQ_PACK_ORDER if awq else range(8)
+    words = sum(v[..., column] << (4 * i) for i, column in enumerate(order))
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+@dataclass(frozen=True)
+class W4Recipe:
+    """x [M, K] and an int4 weight [K, N] in groups of ``group_size`` (a scale magnitude 2^[-9, -5] and
+    zeros per group), packed as ``packing``; ``make`` returns (x, qweight, scales, qzeros)."""
+
+    shape: tuple
+    group_size: int
+    packing: str
+    dtype: torch.dtype
+    seed: int
+
+    def make(self, device="cpu"):
+        gen = _generator(self.seed)
+        m, k, n = self.shape
+        groups = k // self.group_size
+        q = torch.randint(0, 16, (k, n), generator=gen)
+        low = 1 if self.packing == "gptq" else 0  # QUANT-W4A16-ZEROS: v1 cannot store zero 0
+        zeros = torch.randint(low, 16, (groups, n), generator=gen)
+        magnitude = torch.exp2(torch.randint(-9, -4, (groups, 1), generator=gen).float())
+        scales = ((torch.rand(groups, n, generator=gen) + 0.5) * magnitude).to(self.dtype)
+        x = torch.randn(m, k, generator=gen).to(self.dtype)
+        awq = self.packing == "awq"
+        qweight = pack_int4(q, dim=1 if awq else 0, awq=awq)
+        qzeros = pack_int4(zeros - (1 if self.packing == "gptq" else 0), dim=1, awq=awq)
+        return tuple(t.to(device) for t in (x, qweight, scales, qzeros))
+
+
+def w4a16_inputs(packings=("awq", "gptq", "gptq_v2")):
+    shapes, groups, packing = (
+        st.sampled_from(W4_SHAPES),
+        st.sampled_from(GROUP_SIZES),
+        st.sampled_from(packings),
+    )
+    return st.builds(W4Recipe, shapes, groups, packing, st.sampled_from(ACT_DTYPES), seeds())

@@ -229,7 +229,7 @@ NOT_REPLAYABLE: dict[str, str] = {
         "that is not written yet",
     ),
     **dict.fromkeys(
-        ("int8_scaled_mm", "fp8_block_scaled_mm"),
+        ("int8_scaled_mm", "fp8_block_scaled_mm", "w4a16_mm"),
         "its tolerance row is picked by out_dtype, an option, not by a recorded tensor's dtype: a replay "
         "row for that is not written yet",
     ),

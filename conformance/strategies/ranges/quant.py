@@ -41,4 +41,12 @@ RULES = [
         why="the group sizes of the field's per-token-group quantization",
     ),  # fmt: skip
     past(Measure("fp8_group_quant", "tokens", dim("x", 0)), 128, "M past a 128-token tile"),
+    has(
+        Measure("w4a16_mm", "group size", lambda arguments: arguments.get("group_size")),
+        32,
+        64,
+        128,
+        why="AWQ / GPTQ group sizes (a zero-point stride per group size: sglang#37759)",
+    ),  # fmt: skip
+    past(Measure("w4a16_mm", "tokens", dim("x", 0)), 128, "M past a 128-token tile"),
 ]
