@@ -27,6 +27,7 @@ from mutants._quant_fp8 import (  # noqa: E402 - the fp8 half of the catalogue
     GroupScalePerToken,
     Ue8m0AfterQuantizing,
 )
+from mutants._quant_int4 import INT4_MUTANTS  # noqa: E402 - the int4 part
 from reference import quant as rq
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
@@ -269,4 +270,5 @@ BACKENDS = [
     FnuzScalesNotDoubled(),
     FnuzValueCast(),
     FnuzNegativeZeroKept(),
+    *INT4_MUTANTS,
 ]
