@@ -387,7 +387,7 @@ def angle_scale(positions: torch.Tensor, inv_freq: torch.Tensor, attention_facto
 
 _QUANT = {torch.float16: Tolerance(rtol=1e-3, atol=5e-4), torch.bfloat16: Tolerance(rtol=8e-3, atol=5e-4)}
 _W4A16 = {torch.float16: Tolerance(rtol=1e-3, atol=1e-3), torch.bfloat16: Tolerance(rtol=8e-3, atol=8e-3)}
-TOLERANCES.update({"quant": _QUANT, "quant-int4": _W4A16})
+TOLERANCES.update({"quant": _QUANT, "quant-weight-only": _W4A16})
 TOLERANCES["quant-scale"] = {torch.float32: Tolerance(rtol=2.4e-7, atol=0.0)}
 
 
