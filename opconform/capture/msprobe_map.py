@@ -1,0 +1,219 @@
+"""msprobe API calls -> contract ops (spec/ascend.md, MSPROBE-MAP).
+
+``MAPPINGS`` holds, per msprobe API name (``PREFIX.API`` as dump.json spells it), the API's
+parameters (names and defaults, from its documented signature, so positional and keyword
+arguments bind alike) and the function that turns the bound arguments and the outputs into a
+``Mapped`` call of a ``REPLAY_OPS`` op: the op's inputs by the row's names, its options, and the
+outputs the op's clause judges (an output the contract op has no counterpart for, such as
+``npu_rms_norm``'s rstd, is not judged). A call whose arguments fall outside what the op models
+(a float mask with a bias, dropout, an Ascend op's optional input it has no argument for) raises
+``Unmapped`` with the reason: it is listed, never judged. Every API not in ``MAPPINGS`` has no
+contract op.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+REQUIRED = object()  # a parameter without a default
+
+
+class Unmapped(ValueError):
+    """This call of a mapped API is outside its contract op's arguments; the message says why."""
+
+
+@dataclass
+class Mapped:
+    op: str  # a REPLAY_OPS op
+    inputs: dict  # tensor arguments by the row's names
+    options: dict
+    outputs: list  # the outputs the row judges, in its order
+
+
+@dataclass(frozen=True)
+class Mapping:
+    params: tuple[tuple[str, object], ...]  # (name, default or REQUIRED), the API's order
+    build: Callable[[dict, list], Mapped]  # (bound arguments, outputs) -> Mapped
+    source: str  # where the signature and semantics are documented (spec/ascend.md section)
+
+
+def bind(api: str, mapping: Mapping, args: list, kwargs: dict) -> dict:
+    """The call's arguments by parameter name, defaults filled in; Unmapped when they do not bind."""
+    names = [name for name, _ in mapping.params]
+    if len(args) > len(names):
+        raise Unmapped(f"{api}: {len(args)} positional arguments, the signature has {len(names)}")
+    bound = dict(zip(names, args, strict=False))
+    for key, value in kwargs.items():
+        if key not in names or key in bound:
+            raise Unmapped(f"{api}: argument {key!r} is not in its signature {names} (or given twice)")
+        bound[key] = value
+    for name, default in mapping.params:
+        if name not in bound:
+            if default is REQUIRED:
+                raise Unmapped(f"{api}: required argument {name!r} missing")
+            bound[name] = default
+    return bound
+
+
+def _tensor(bound: dict, name: str, api: str) -> torch.Tensor:
+    value = bound[name]
+    if not isinstance(value, torch.Tensor):
+        raise Unmapped(f"{api}: {name} is {type(value).__name__}, not a tensor")
+    return value
+
+
+def _last_dim(bound: dict, x: torch.Tensor, api: str) -> None:
+    if bound["dim"] not in (-1, x.dim() - 1):
+        raise Unmapped(f"{api}: dim={bound['dim']} splits another dim than the last (the contract op's)")
+
+
+def _norm_weight(api: str, x: torch.Tensor, gamma: torch.Tensor) -> None:
+    if gamma.dim() != 1:
+        raise Unmapped(
+            f"{api}: gamma of {gamma.dim()} dims normalizes several dims; the contract op the last"
+        )
+
+
+def _npu_rms_norm(bound: dict, outputs: list) -> Mapped:
+    x, gamma = _tensor(bound, "self", "npu_rms_norm"), _tensor(bound, "gamma", "npu_rms_norm")
+    _norm_weight("npu_rms_norm", x, gamma)
+    return Mapped("rms_norm", {"x": x, "weight": gamma}, {"eps": bound["epsilon"]}, outputs[:1])
+
+
+def _npu_add_rms_norm(bound: dict, outputs: list) -> Mapped:
+    x1, x2, gamma = (_tensor(bound, n, "npu_add_rms_norm") for n in ("x1", "x2", "gamma"))
+    _norm_weight("npu_add_rms_norm", x1, gamma)
+    if len(outputs) != 3:
+        raise Unmapped(f"npu_add_rms_norm: {len(outputs)} outputs recorded, the op returns (y, rstd, x)")
+    inputs = {"x": x1, "residual": x2, "weight": gamma}
+    return Mapped("fused_add_rms_norm", inputs, {"eps": bound["epsilon"]}, [outputs[0], outputs[2]])
+
+
+def _npu_swiglu(bound: dict, outputs: list) -> Mapped:
+    x = _tensor(bound, "x", "npu_swiglu")
+    _last_dim(bound, x, "npu_swiglu")
+    return Mapped("silu_and_mul", {"x": x}, {}, outputs[:1])
+
+
+def _npu_geglu(bound: dict, outputs: list) -> Mapped:
+    x = _tensor(bound, "x", "npu_geglu")
+    _last_dim(bound, x, "npu_geglu")
+    modes = {0: "none", 1: "tanh"}
+    if bound["approximate"] not in modes:
+        raise Unmapped(f"npu_geglu: approximate={bound['approximate']!r} is neither 0 (erf) nor 1 (tanh)")
+    if not bound["activate_left"]:  # y = left * gelu(right): gelu_and_mul gates its first half
+        d = x.shape[-1] // 2
+        x = torch.cat([x[..., d:], x[..., :d]], dim=-1)
+    return Mapped("gelu_and_mul", {"x": x}, {"approximate": modes[bound["approximate"]]}, outputs[:1])
+
+
+def _npu_moe_gating_top_k_softmax(bound: dict, outputs: list) -> Mapped:
+    x = _tensor(bound, "x", "npu_moe_gating_top_k_softmax")
+    if bound["finished"] is not None:
+        raise Unmapped("npu_moe_gating_top_k_softmax: finished rows get expert id E; select_experts has none")
+    options = {
+        "top_k": bound["k"], "scoring": "softmax", "renormalize": False, "correction_bias": None,
+        "num_groups": 1, "topk_group": 1, "group_score": "max", "routed_scaling_factor": 1.0,
+    }  # fmt: skip
+    return Mapped("select_experts", {"router_logits": x}, options, outputs[:2])
+
+
+def _sdpa(bound: dict, outputs: list) -> Mapped:
+    api = "scaled_dot_product_attention"
+    q, k, v = (_tensor(bound, n, api) for n in ("query", "key", "value"))
+    if q.dim() != 4 or k.dim() != 4:
+        raise Unmapped(f"{api}: {q.dim()}-d query; the contract op takes [B, H, S, D]")
+    if bound["dropout_p"]:
+        raise Unmapped(f"{api}: dropout_p={bound['dropout_p']} drops at random; not a function of the inputs")
+    q_len, kv_len = q.shape[-2], k.shape[-2]
+    allowed = torch.ones(q_len, kv_len, dtype=torch.bool)
+    mask = bound["attn_mask"]
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            allowed = allowed & mask
+        elif bool(((mask == 0) | (mask == float("-inf"))).all()):  # additive 0 / -inf: a boolean mask
+            allowed = allowed & (mask == 0)
+        else:
+            raise Unmapped(
+                f"{api}: a float attn_mask of finite non-zero values adds a bias; attention has none"
+            )
+    if bound["is_causal"]:  # torch's documented reference: ones(L, S).tril(diagonal=0)
+        allowed = allowed & torch.ones(q_len, kv_len, dtype=torch.bool).tril(diagonal=0)
+    if q.shape[1] != k.shape[1] and not bound["enable_gqa"]:
+        raise Unmapped(f"{api}: {q.shape[1]} query heads, {k.shape[1]} key heads without enable_gqa")
+    scale = bound["scale"]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return Mapped("attention", {"q": q, "k": k, "v": v, "allowed": allowed}, {"scale": scale}, outputs[:1])
+
+
+def _gelu(bound: dict, outputs: list) -> Mapped:
+    x = _tensor(bound, "input", "gelu")
+    if bound["approximate"] != "tanh":
+        raise Unmapped(f"gelu: approximate={bound['approximate']!r}: only the tanh GELU: new_gelu")
+    return Mapped("new_gelu", {"x": x}, {}, outputs[:1])
+
+
+def _rms_norm(bound: dict, outputs: list) -> Mapped:
+    x = _tensor(bound, "input", "rms_norm")
+    shape, weight = bound["normalized_shape"], bound["weight"]
+    if weight is None or len(shape) != 1:
+        given = "None" if weight is None else "given"
+        raise Unmapped(f"rms_norm: normalized_shape {list(shape)}, weight {given}; "
+                       "the contract op normalizes the last dim with a weight")  # fmt: skip
+    eps = torch.finfo(x.dtype).eps if bound["eps"] is None else bound["eps"]  # torch's documented default
+    return Mapped("rms_norm", {"x": x, "weight": weight}, {"eps": eps}, outputs[:1])
+
+
+_NORM, _MAP = "spec/ascend.md, CANN-RMS-NORM", "spec/ascend.md, MSPROBE-MAP"
+MAPPINGS: dict[str, Mapping] = {
+    "NPU.npu_rms_norm": Mapping(
+        (("self", REQUIRED), ("gamma", REQUIRED), ("epsilon", 1e-6)), _npu_rms_norm, _NORM
+    ),
+    "NPU.npu_add_rms_norm": Mapping(
+        (("x1", REQUIRED), ("x2", REQUIRED), ("gamma", REQUIRED), ("epsilon", 1e-6)), _npu_add_rms_norm, _NORM
+    ),
+    "NPU.npu_swiglu": Mapping((("x", REQUIRED), ("dim", -1)), _npu_swiglu, "spec/ascend.md, CANN-SWIGLU"),
+    "NPU.npu_geglu": Mapping(
+        (("x", REQUIRED), ("dim", -1), ("approximate", 1), ("activate_left", False)),
+        _npu_geglu,
+        "spec/ascend.md, CANN-GEGLU",
+    ),  # fmt: skip
+    "NPU.npu_moe_gating_top_k_softmax": Mapping(
+        (("x", REQUIRED), ("finished", None), ("k", 1)),
+        _npu_moe_gating_top_k_softmax,
+        "spec/ascend.md, CANN-MOE-GATING-TOPK-SOFTMAX",
+    ),  # fmt: skip
+    "Functional.scaled_dot_product_attention": Mapping(
+        (
+            ("query", REQUIRED),
+            ("key", REQUIRED),
+            ("value", REQUIRED),
+            ("attn_mask", None),
+            ("dropout_p", 0.0),
+            ("is_causal", False),
+            ("scale", None),
+            ("enable_gqa", False),
+        ),
+        _sdpa,
+        _MAP,
+    ),  # fmt: skip
+    "Functional.gelu": Mapping((("input", REQUIRED), ("approximate", "none")), _gelu, _MAP),
+    "Functional.rms_norm": Mapping(
+        (("input", REQUIRED), ("normalized_shape", REQUIRED), ("weight", None), ("eps", None)),
+        _rms_norm,
+        _MAP,
+    ),  # fmt: skip
+}
+
+
+def map_call(api: str, args: list, kwargs: dict, outputs: list) -> Mapped:
+    """The contract op call of one decoded msprobe call of a mapped ``api``; Unmapped when outside it."""
+    mapping = MAPPINGS[api]
+    mapped = mapping.build(bind(api, mapping, args, kwargs), outputs)
+    if not all(isinstance(t, torch.Tensor) for t in mapped.outputs):
+        raise Unmapped(f"{api}: an output the op's clause judges was not recorded as a tensor")
+    return mapped
