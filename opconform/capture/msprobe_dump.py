@@ -25,7 +25,12 @@ from opconform.capture.store import CaptureError
 
 DUMP_JSON = "dump.json"
 TENSOR_DIR = "dump_tensor_data"  # the writer's folder beside dump.json (msprobe service, dump paths)
+# an API's record: PREFIX.API.N.DIRECTION (msprobe core/dump/hook_manager.py); a module's (level
+# L0 or mix): Module.PATH.CLASS.DIRECTION.N (pytorch/dump/module_dump/module_processor.py)
 RECORD_NAME = re.compile(r"^(?P<api>.+)\.(?P<count>\d+)\.(?P<direction>forward|backward)$")
+MODULE_NAME = re.compile(
+    r"^(?P<prefix>Module|Cell)\..*?(?P<cls>[^.]+)\.(?P<direction>forward|backward)\.\d+$"
+)
 
 
 @dataclass
@@ -33,7 +38,7 @@ class Call:
     """One record of a dump.json: its name, the API (``PREFIX.API``), the raw arguments."""
 
     name: str
-    api: str
+    api: str  # a module's record: Module.CLASS
     direction: str  # "forward" or "backward"
     args: list
     kwargs: dict
@@ -71,7 +76,8 @@ def read_dump(path: Path, root: Path) -> tuple[dict, list[Call | CaptureError]]:
     where = str(path.parent.relative_to(root)) if path.parent != root else "."
     calls: list[Call | CaptureError] = []
     for name, record in data["data"].items():
-        match = RECORD_NAME.match(name)
+        module = MODULE_NAME.match(name)
+        match = RECORD_NAME.match(name) if module is None else module
         if match is None or not isinstance(record, dict):
             calls.append(CaptureError(f"{path}: record {name!r}: not PREFIX.API.N.forward|backward: {{...}}"))
             continue
@@ -82,8 +88,9 @@ def read_dump(path: Path, root: Path) -> tuple[dict, list[Call | CaptureError]]:
             )
             continue
         output = output if isinstance(output, list) else [] if output is None else [output]
+        api = match["api"] if module is None else f"{module['prefix']}.{module['cls']}"  # Module.LlamaRMSNorm
         calls.append(
-            Call(name, match["api"], match["direction"], args or [], kwargs or {}, output, path.parent, where)
+            Call(name, api, match["direction"], args or [], kwargs or {}, output, path.parent, where)
         )
     return header, calls
 
