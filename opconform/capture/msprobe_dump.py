@@ -15,6 +15,7 @@ not the one dump.json gives, is a CaptureError naming the file: one call lost, n
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,7 +106,9 @@ def _tensor_file(path: Path) -> torch.Tensor:
         except (ValueError, TypeError, OSError) as exc:  # object arrays need pickle; strings are no tensor
             raise CaptureError(f"{path}: not plain array data: {' '.join(str(exc).split())}") from None
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's note on a protocol-4 pickle: the file is judged below
+            warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CaptureError(f"{path}: file missing") from None
     except Exception as exc:  # weights_only refuses what is not plain tensor data, with its own types
