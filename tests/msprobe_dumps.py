@@ -36,9 +36,18 @@ CORRECT_CALLS = {
     "Functional.gelu.0.forward": "new_gelu",
     "Functional.scaled_dot_product_attention.1.forward": "attention",
     "Functional.rms_norm.0.forward": "rms_norm",
+    "NPU.npu_mrope.0.forward": "rotary_embedding",
+    "NPU.npu_mrope.1.forward": "mrope",
 }
 OUTSIDE_CALLS = ["Functional.gelu.1.forward", "Functional.scaled_dot_product_attention.2.forward"]
-NPU_APIS = ("npu_rms_norm", "npu_add_rms_norm", "npu_swiglu", "npu_geglu", "npu_moe_gating_top_k_softmax")
+NPU_APIS = (
+    "npu_rms_norm",
+    "npu_add_rms_norm",
+    "npu_swiglu",
+    "npu_geglu",
+    "npu_moe_gating_top_k_softmax",
+    "npu_mrope",
+)
 
 
 def _planted_rms_norm(self, gamma, epsilon=1e-6):
@@ -107,6 +116,14 @@ def main(dump_path: str) -> None:
         keep = torch.rand(3, 3, generator=g) > 0.3
         F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], attn_mask=keep, enable_gqa=True, scale=0.3)
         F.rms_norm(torch.randn(2, 8, generator=g), (8,), torch.randn(8, generator=g), 1e-5)
+        angles = torch.arange(16.0)[:, None] * 10000.0 ** (-torch.arange(0, 8, 2) / 8)
+        cache = torch.cat([angles.cos(), angles.sin()], dim=-1)  # rows cat(cos, sin), rotary dim 8
+        q, k = torch.randn(4, 2 * 8, generator=g), torch.randn(4, 8, generator=g)
+        npu.npu_mrope(
+            torch.tensor([0, 3, 7, 15]), q, k, cache, 8, mrope_section=[0, 0, 0], rotary_mode="half"
+        )
+        sections = torch.randint(0, 16, (3, 4), generator=g)
+        npu.npu_mrope(sections, q, k, cache, 8, mrope_section=[2, 1, 1], rotary_mode="interleave")
         F.gelu(torch.randn(2, 8, generator=g))  # erf GELU alone: no contract op
         F.scaled_dot_product_attention(q, k, v, attn_mask=torch.randn(3, 3, generator=g))  # a bias
     debugger.stop()

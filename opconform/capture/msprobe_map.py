@@ -122,6 +122,28 @@ def _npu_moe_gating_top_k_softmax(bound: dict, outputs: list) -> Mapped:
     return Mapped("select_experts", {"router_logits": x}, options, outputs[:2])
 
 
+def _npu_mrope(bound: dict, outputs: list) -> Mapped:
+    api = "npu_mrope"
+    positions, query, key, cache = (
+        _tensor(bound, n, api) for n in ("positions", "query", "key", "cos_sin_cache")
+    )
+    styles = {"half": True, "interleave": False}  # rotary_mode: NeoX halves or GPT-J pairs
+    if bound["rotary_mode"] not in styles or bound["cache_mode"] != "default":
+        raise Unmapped(f"{api}: rotary_mode={bound['rotary_mode']!r}, cache_mode={bound['cache_mode']!r}: "
+                       "mapped are 'half'/'interleave' with the default cache layout")  # fmt: skip
+    size = bound["head_size"]
+    if not isinstance(size, int) or size <= 0 or query.shape[-1] % size or key.shape[-1] % size:
+        raise Unmapped(f"{api}: head_size {size!r} does not divide query and key's widths")
+    heads = [t.reshape(t.shape[0], -1, size) for t in (query, key, *outputs[:2])]  # [T, H * D] -> [T, H, D]
+    inputs = {"positions": positions, "query": heads[0], "key": heads[1], "cos_sin_cache": cache}
+    options = {"is_neox_style": styles[bound["rotary_mode"]]}
+    section = bound["mrope_section"]
+    if section is None or list(section) == [0, 0, 0]:  # plain rope over positions [T]
+        return Mapped("rotary_embedding", inputs, options, heads[2:])
+    options |= {"mrope_section": list(section), "mrope_interleaved": False}  # contiguous t/h/w bands
+    return Mapped("mrope", inputs, options, heads[2:])
+
+
 def _sdpa(bound: dict, outputs: list) -> Mapped:
     api = "scaled_dot_product_attention"
     q, k, v = (_tensor(bound, n, api) for n in ("query", "key", "value"))
@@ -164,8 +186,12 @@ def _rms_norm(bound: dict, outputs: list) -> Mapped:
         given = "None" if weight is None else "given"
         raise Unmapped(f"rms_norm: normalized_shape {list(shape)}, weight {given}; "
                        "the contract op normalizes the last dim with a weight")  # fmt: skip
-    eps = torch.finfo(x.dtype).eps if bound["eps"] is None else bound["eps"]  # torch's documented default
-    return Mapped("rms_norm", {"x": x, "weight": weight}, {"eps": eps}, outputs[:1])
+    if bound["eps"] is None:  # torch's default is documented per version; the dump names none
+        raise Unmapped(
+            "rms_norm: eps=None: torch's default eps differs between versions (the input dtype's "
+            "machine epsilon, now its opmath type's) and the dump does not say which torch ran"
+        )
+    return Mapped("rms_norm", {"x": x, "weight": weight}, {"eps": bound["eps"]}, outputs[:1])
 
 
 _NORM, _MAP = "spec/ascend.md, CANN-RMS-NORM", "spec/ascend.md, MSPROBE-MAP"
@@ -186,6 +212,20 @@ MAPPINGS: dict[str, Mapping] = {
         (("x", REQUIRED), ("finished", None), ("k", 1)),
         _npu_moe_gating_top_k_softmax,
         "spec/ascend.md, CANN-MOE-GATING-TOPK-SOFTMAX",
+    ),  # fmt: skip
+    "NPU.npu_mrope": Mapping(
+        (
+            ("positions", REQUIRED),
+            ("query", REQUIRED),
+            ("key", REQUIRED),
+            ("cos_sin_cache", REQUIRED),
+            ("head_size", REQUIRED),
+            ("mrope_section", None),
+            ("rotary_mode", "half"),
+            ("cache_mode", "default"),
+        ),
+        _npu_mrope,
+        "spec/ascend.md, CANN-MROPE",
     ),  # fmt: skip
     "Functional.scaled_dot_product_attention": Mapping(
         (
@@ -213,7 +253,12 @@ MAPPINGS: dict[str, Mapping] = {
 def map_call(api: str, args: list, kwargs: dict, outputs: list) -> Mapped:
     """The contract op call of one decoded msprobe call of a mapped ``api``; Unmapped when outside it."""
     mapping = MAPPINGS[api]
+    from opconform.capture.ops import REPLAY_OPS
+
     mapped = mapping.build(bind(api, mapping, args, kwargs), outputs)
-    if not all(isinstance(t, torch.Tensor) for t in mapped.outputs):
-        raise Unmapped(f"{api}: an output the op's clause judges was not recorded as a tensor")
+    wanted = REPLAY_OPS[mapped.op].outputs
+    if len(mapped.outputs) != len(wanted) or not all(isinstance(t, torch.Tensor) for t in mapped.outputs):
+        raise Unmapped(
+            f"{api}: the outputs {mapped.op} is judged on ({', '.join(wanted)}) were not all recorded"
+        )
     return mapped
