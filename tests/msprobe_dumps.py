@@ -118,12 +118,10 @@ def main(dump_path: str) -> None:
         F.rms_norm(torch.randn(2, 8, generator=g), (8,), torch.randn(8, generator=g), 1e-5)
         angles = torch.arange(16.0)[:, None] * 10000.0 ** (-torch.arange(0, 8, 2) / 8)
         cache = torch.cat([angles.cos(), angles.sin()], dim=-1)  # rows cat(cos, sin), rotary dim 8
-        q, k = torch.randn(4, 2 * 8, generator=g), torch.randn(4, 8, generator=g)
-        npu.npu_mrope(
-            torch.tensor([0, 3, 7, 15]), q, k, cache, 8, mrope_section=[0, 0, 0], rotary_mode="half"
-        )
+        rq, rk = torch.randn(4, 2 * 8, generator=g), torch.randn(4, 8, generator=g)
+        npu.npu_mrope(torch.tensor([0, 3, 7, 15]), rq, rk, cache, 8, mrope_section=[0, 0, 0])
         sections = torch.randint(0, 16, (3, 4), generator=g)
-        npu.npu_mrope(sections, q, k, cache, 8, mrope_section=[2, 1, 1], rotary_mode="interleave")
+        npu.npu_mrope(sections, rq, rk, cache, 8, mrope_section=[2, 1, 1], rotary_mode="interleave")
         F.gelu(torch.randn(2, 8, generator=g))  # erf GELU alone: no contract op
         F.scaled_dot_product_attention(q, k, v, attn_mask=torch.randn(3, 3, generator=g))  # a bias
     debugger.stop()
