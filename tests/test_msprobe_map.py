@@ -1,0 +1,124 @@
+"""MSPROBE-MAP without msprobe: each mapping's argument semantics checked against the API itself
+(torch's own sdpa and gelu, the emulator's torch_npu ops): the API's output on random inputs is
+judged conforming through the mapping, and the output of a neighbouring form (the mask ignored,
+the halves not swapped) is not, so the mapping is the API's semantics and not a looser one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from backends import npu_emulator as npu
+from conformance.errors import ConformanceError
+from opconform.capture.judge import compare
+from opconform.capture.msprobe_map import Unmapped, map_call
+from opconform.capture.ops import REPLAY_OPS
+
+
+def _judge(api: str, args: list, kwargs: dict, outputs) -> None:
+    mapped = map_call(api, args, kwargs, list(outputs) if isinstance(outputs, tuple) else [outputs])
+    compare(REPLAY_OPS[mapped.op], mapped.inputs, mapped.options, mapped.outputs, context=api)
+
+
+def _qkv(g, heads=4, kv_heads=2, length=5):
+    q = torch.randn(2, heads, length, 8, generator=g)
+    return (
+        q,
+        torch.randn(2, kv_heads, length, 8, generator=g),
+        torch.randn(2, kv_heads, length, 8, generator=g),
+    )
+
+
+SDPA_FORMS = {
+    "bool mask": lambda g, L: {"attn_mask": torch.rand(L, L, generator=g) > 0.4},
+    "0/-inf float mask": lambda g, L: {
+        "attn_mask": torch.zeros(L, L).masked_fill(torch.rand(L, L, generator=g) > 0.5, float("-inf"))
+    },
+    "is_causal": lambda g, L: {"is_causal": True},
+    "explicit scale": lambda g, L: {"scale": 0.2},
+}
+
+
+@pytest.mark.parametrize("form", sorted(SDPA_FORMS))
+def test_sdpa_maps_to_attention_as_torch_computes_it(form):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = _qkv(g)
+    extra = SDPA_FORMS[form](g, q.shape[-2])
+    extra["attn_mask"] = extra.get("attn_mask", torch.ones(5, 5, dtype=torch.bool)).clone()
+    extra["attn_mask"][:, 0] = True if extra["attn_mask"].dtype == torch.bool else 0.0  # no empty row
+    if form == "is_causal":
+        del extra["attn_mask"]
+    got = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **extra)
+    _judge("Functional.scaled_dot_product_attention", [q, k, v], {"enable_gqa": True, **extra}, got)
+    plain = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # the mask / causality / scale dropped
+    if form != "bool mask" or not extra["attn_mask"].all():
+        with pytest.raises(ConformanceError) as caught:
+            _judge("Functional.scaled_dot_product_attention", [q, k, v], {"enable_gqa": True, **extra}, plain)
+        assert caught.value.clause == "ATTN"
+
+
+def test_a_biasing_float_mask_or_dropout_is_outside_attention():
+    q, k, v = _qkv(torch.Generator().manual_seed(1))
+    out = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    with pytest.raises(Unmapped, match="adds a bias"):
+        map_call(
+            "Functional.scaled_dot_product_attention",
+            [q, k, v, torch.randn(5, 5)],
+            {"enable_gqa": True},
+            [out],
+        )
+    with pytest.raises(Unmapped, match="dropout_p"):
+        map_call(
+            "Functional.scaled_dot_product_attention",
+            [q, k, v],
+            {"dropout_p": 0.1, "enable_gqa": True},
+            [out],
+        )
+
+
+@pytest.mark.parametrize("activate_left", [False, True])
+@pytest.mark.parametrize("approximate", [0, 1])
+def test_npu_geglu_gates_the_half_activate_left_names(activate_left, approximate):
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(2)) * 3
+    kwargs = {"approximate": approximate, "activate_left": activate_left}
+    _judge("NPU.npu_geglu", [x], kwargs, npu.npu_geglu(x, **kwargs))
+    other = npu.npu_geglu(x, approximate=approximate, activate_left=not activate_left)
+    with pytest.raises(ConformanceError):
+        _judge("NPU.npu_geglu", [x], kwargs, other)
+
+
+def test_npu_norms_and_swiglu_bind_positional_and_keyword_arguments_alike():
+    g = torch.Generator().manual_seed(3)
+    x, r, w = (
+        torch.randn(4, 16, generator=g),
+        torch.randn(4, 16, generator=g),
+        torch.rand(16, generator=g) + 0.5,
+    )
+    _judge("NPU.npu_rms_norm", [x, w], {"epsilon": 1e-3}, npu.npu_rms_norm(x, w, 1e-3))
+    _judge("NPU.npu_rms_norm", [x, w, 1e-3], {}, npu.npu_rms_norm(x, w, 1e-3))
+    with pytest.raises(ConformanceError, match="NORM-RMS"):  # recorded with the default eps, run with 0.5
+        _judge("NPU.npu_rms_norm", [x, w], {}, npu.npu_rms_norm(x, w, 0.5))
+    _judge("NPU.npu_add_rms_norm", [x, r, w], {}, npu.npu_add_rms_norm(x, r, w))
+    _judge("NPU.npu_swiglu", [x], {"dim": -1}, npu.npu_swiglu(x))
+    with pytest.raises(Unmapped, match="not in its signature"):
+        map_call("NPU.npu_rms_norm", [x, w], {"eps": 1e-6}, list(npu.npu_rms_norm(x, w)))
+    with pytest.raises(Unmapped, match="outputs"):  # rstd's record alone: y not recorded
+        map_call("NPU.npu_add_rms_norm", [x, r, w], {}, [npu.npu_add_rms_norm(x, r, w)[0]])
+
+
+def test_npu_moe_gating_top_k_softmax_and_tanh_gelu_map_as_documented():
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(6, 8, generator=g)
+    _judge(
+        "NPU.npu_moe_gating_top_k_softmax",
+        [logits, None],
+        {"k": 2},
+        npu.npu_moe_gating_top_k_softmax(logits, k=2),
+    )
+    x = torch.randn(3, 8, generator=g) * 3
+    _judge("Functional.gelu", [x], {"approximate": "tanh"}, F.gelu(x, approximate="tanh"))
+    with pytest.raises(ConformanceError):
+        _judge("Functional.gelu", [x], {"approximate": "tanh"}, F.gelu(x))
+    with pytest.raises(Unmapped, match="tanh"):
+        map_call("Functional.gelu", [x], {}, [F.gelu(x)])
