@@ -38,16 +38,12 @@ CORRECT_CALLS = {
     "Functional.rms_norm.0.forward": "rms_norm",
     "NPU.npu_mrope.0.forward": "rotary_embedding",
     "NPU.npu_mrope.1.forward": "mrope",
+    "NPU.npu_rotary_mul.0.forward": "rotary_embedding",
+    "NPU.npu_apply_rotary_pos_emb.0.forward": "rotary_embedding",
 }
 OUTSIDE_CALLS = ["Functional.gelu.1.forward", "Functional.scaled_dot_product_attention.2.forward"]
-NPU_APIS = (
-    "npu_rms_norm",
-    "npu_add_rms_norm",
-    "npu_swiglu",
-    "npu_geglu",
-    "npu_moe_gating_top_k_softmax",
-    "npu_mrope",
-)
+NPU_APIS = ("npu_rms_norm", "npu_add_rms_norm", "npu_swiglu", "npu_geglu", "npu_moe_gating_top_k_softmax")
+NPU_APIS += ("npu_mrope", "npu_rotary_mul", "npu_apply_rotary_pos_emb")
 
 
 def _planted_rms_norm(self, gamma, epsilon=1e-6):
@@ -122,6 +118,12 @@ def main(dump_path: str) -> None:
         npu.npu_mrope(torch.tensor([0, 3, 7, 15]), rq, rk, cache, 8, mrope_section=[0, 0, 0])
         sections = torch.randint(0, 16, (3, 4), generator=g)
         npu.npu_mrope(sections, rq, rk, cache, 8, mrope_section=[2, 1, 1], rotary_mode="interleave")
+        r1, r2 = (t[[0, 3, 7, 15]][None, :, None] for t in (angles.cos(), angles.sin()))  # BSND, 1 head
+        r1, r2 = torch.cat([r1, r1], -1), torch.cat([r2, r2], -1)  # full width, "half" mode
+        npu.npu_rotary_mul(torch.randn(1, 4, 2, 8, generator=g), r1, r2)
+        npu.npu_apply_rotary_pos_emb(
+            torch.randn(1, 4, 2, 8, generator=g), torch.randn(1, 4, 1, 8, generator=g), r1, r2
+        )
         F.gelu(torch.randn(2, 8, generator=g))  # erf GELU alone: no contract op
         F.scaled_dot_product_attention(q, k, v, attn_mask=torch.randn(3, 3, generator=g))  # a bias
     debugger.stop()

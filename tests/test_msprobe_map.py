@@ -122,3 +122,27 @@ def test_npu_moe_gating_top_k_softmax_and_tanh_gelu_map_as_documented():
         _judge("Functional.gelu", [x], {"approximate": "tanh"}, F.gelu(x))
     with pytest.raises(Unmapped, match="tanh"):
         map_call("Functional.gelu", [x], {}, [F.gelu(x)])
+
+
+def _rope_tables(g, tokens, width, mode):
+    angles = torch.rand(tokens, width // 2, generator=g) * 6
+    full = (lambda t: torch.cat([t, t], -1)) if mode == "half" else (lambda t: t.repeat_interleave(2, -1))
+    return full(angles.cos()), full(angles.sin())
+
+
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+def test_npu_rotary_mul_and_apply_rotary_pos_emb_rotate_as_their_mode_says(mode):
+    g = torch.Generator().manual_seed(5)
+    cos, sin = _rope_tables(g, 4, 8, mode)
+    r1, r2 = cos[None, :, None], sin[None, :, None]  # BSND tables, one per token
+    x = torch.randn(1, 4, 3, 8, generator=g)
+    other = "interleave" if mode == "half" else "half"
+    _judge("NPU.npu_rotary_mul", [x, r1, r2], {"rotary_mode": mode}, npu.npu_rotary_mul(x, r1, r2, mode))
+    with pytest.raises(ConformanceError, match="ROPE-APPLY"):
+        _judge("NPU.npu_rotary_mul", [x, r1, r2], {"rotary_mode": mode}, npu.npu_rotary_mul(x, r1, r2, other))
+    q, k = torch.randn(1, 4, 3, 8, generator=g), torch.randn(1, 4, 1, 8, generator=g)
+    before = [q.clone(), k.clone()]  # the op rotates in place; msprobe records the inputs before the call
+    out = npu.npu_apply_rotary_pos_emb(q, k, r1, r2, 1, mode)
+    _judge("NPU.npu_apply_rotary_pos_emb", [*before, r1, r2], {"layout": 1, "rotary_mode": mode}, out)
+    with pytest.raises(Unmapped, match="not one angle per rotated pair"):
+        map_call("NPU.npu_rotary_mul", [x, r1, torch.rand_like(r2)], {"rotary_mode": mode}, [x])

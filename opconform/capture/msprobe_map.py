@@ -127,7 +127,7 @@ def _npu_mrope(bound: dict, outputs: list) -> Mapped:
     positions, query, key, cache = (
         _tensor(bound, n, api) for n in ("positions", "query", "key", "cos_sin_cache")
     )
-    styles = {"half": True, "interleave": False}  # rotary_mode: NeoX halves or GPT-J pairs
+    styles = ROTARY_STYLES
     if bound["rotary_mode"] not in styles or bound["cache_mode"] != "default":
         raise Unmapped(f"{api}: rotary_mode={bound['rotary_mode']!r}, cache_mode={bound['cache_mode']!r}: "
                        "mapped are 'half'/'interleave' with the default cache layout")  # fmt: skip
@@ -142,6 +142,82 @@ def _npu_mrope(bound: dict, outputs: list) -> Mapped:
         return Mapped("rotary_embedding", inputs, options, heads[2:])
     options |= {"mrope_section": list(section), "mrope_interleaved": False}  # contiguous t/h/w bands
     return Mapped("mrope", inputs, options, heads[2:])
+
+
+ROTARY_STYLES = {"half": True, "interleave": False}  # torch_npu's rotary_mode -> is_neox_style
+
+
+def _cos_sin_rows(cos: torch.Tensor, sin: torch.Tensor, mode: str, api: str) -> torch.Tensor:
+    """Full-width cos/sin rows [R, D] as the contract's cache rows cat(cos, sin) [R, D]: "half" repeats
+    each half (cat(c, c)), "interleave" each element (CANN-ROTARY-MUL); other tables are outside."""
+    half = cos.shape[-1] // 2
+    pick = (
+        (lambda t: (t[..., :half], t[..., half:]))
+        if mode == "half"
+        else (lambda t: (t[..., 0::2], t[..., 1::2]))
+    )
+    for name, table in (("cos", cos), ("sin", sin)):
+        first, second = pick(table)
+        if not torch.equal(first, second):
+            raise Unmapped(f"{api}: its {name} table is not one angle per rotated pair ({mode} mode): "
+                           "the contract's rope has none other")  # fmt: skip
+    return torch.cat([pick(cos)[0], pick(sin)[0]], dim=-1)
+
+
+def _npu_rotary_mul(bound: dict, outputs: list) -> Mapped:
+    api = "npu_rotary_mul"
+    x, r1, r2 = (_tensor(bound, n, api) for n in ("input", "r1", "r2"))
+    if bound["rotary_mode"] not in ROTARY_STYLES or x.dim() != 4:
+        raise Unmapped(
+            f"{api}: rotary_mode {bound['rotary_mode']!r}, {x.dim()}-d input: mapped are 4-d half/interleave"
+        )
+    width = x.shape[-1]
+    try:  # every row of D elements is rotated by its own broadcast cos/sin row: one token each
+        r1, r2 = (t.broadcast_to(x.shape).reshape(-1, width) for t in (r1, r2))
+    except RuntimeError:
+        raise Unmapped(
+            f"{api}: r1 {tuple(r1.shape)} does not broadcast to the input {tuple(x.shape)}"
+        ) from None
+    cache = _cos_sin_rows(r1, r2, bound["rotary_mode"], api)
+    rows, out = x.reshape(-1, 1, width), outputs[0].reshape(-1, 1, width) if outputs else None
+    inputs = {"positions": torch.arange(rows.shape[0]), "query": rows, "key": rows, "cos_sin_cache": cache}
+    options = {"is_neox_style": ROTARY_STYLES[bound["rotary_mode"]]}
+    return Mapped("rotary_embedding", inputs, options, [out, out])  # the one input as query and as key
+
+
+APPLY_ROPE_HEADS = {1: 2, 2: 2, 3: 1, 4: 1}  # layout code (BSND, SBND, BNSD, TND) -> its heads' dim
+
+
+def _npu_apply_rotary_pos_emb(bound: dict, outputs: list) -> Mapped:
+    api = "npu_apply_rotary_pos_emb"
+    q, k, cos, sin = (_tensor(bound, n, api) for n in ("query", "key", "cos", "sin"))
+    layout, mode = bound["layout"], bound["rotary_mode"]
+    if layout not in APPLY_ROPE_HEADS or mode not in ROTARY_STYLES or q.dim() != (3 if layout == 4 else 4):
+        raise Unmapped(f"{api}: layout {layout!r}, rotary_mode {mode!r}, {q.dim()}-d query")
+    heads = APPLY_ROPE_HEADS[layout]
+
+    def per_token(t):  # [..., N, D] with every other dim a token: [T, N, D]
+        moved = t.movedim(heads, -2)
+        return moved.reshape(-1, *moved.shape[-2:])
+
+    one_head = (*q.shape[:heads], 1, *q.shape[heads + 1 :])
+    try:
+        tables = [per_token(t.broadcast_to(one_head))[:, 0] for t in (cos, sin)]
+    except RuntimeError:
+        raise Unmapped(
+            f"{api}: cos {tuple(cos.shape)} is not one table per token of {tuple(q.shape)}"
+        ) from None
+    query, key = per_token(q), per_token(k)
+    if key.shape[0] != query.shape[0] or len(outputs) < 2:
+        raise Unmapped(f"{api}: key {tuple(k.shape)} has other tokens than query {tuple(q.shape)}")
+    inputs = {"positions": torch.arange(query.shape[0]), "query": query, "key": key,
+              "cos_sin_cache": _cos_sin_rows(*tables, mode, api)}  # fmt: skip
+    return Mapped(
+        "rotary_embedding",
+        inputs,
+        {"is_neox_style": ROTARY_STYLES[mode]},
+        [per_token(o) for o in outputs[:2]],
+    )
 
 
 def _sdpa(bound: dict, outputs: list) -> Mapped:
@@ -226,6 +302,23 @@ MAPPINGS: dict[str, Mapping] = {
         ),
         _npu_mrope,
         "spec/ascend.md, CANN-MROPE",
+    ),  # fmt: skip
+    "NPU.npu_rotary_mul": Mapping(
+        (("input", REQUIRED), ("r1", REQUIRED), ("r2", REQUIRED), ("rotary_mode", "half")),
+        _npu_rotary_mul,
+        "spec/ascend.md, CANN-ROTARY-MUL",
+    ),  # fmt: skip
+    "NPU.npu_apply_rotary_pos_emb": Mapping(
+        (
+            ("query", REQUIRED),
+            ("key", REQUIRED),
+            ("cos", REQUIRED),
+            ("sin", REQUIRED),
+            ("layout", 1),
+            ("rotary_mode", "half"),
+        ),
+        _npu_apply_rotary_pos_emb,
+        "spec/ascend.md, CANN-APPLY-ROPE",
     ),  # fmt: skip
     "Functional.scaled_dot_product_attention": Mapping(
         (
