@@ -13,57 +13,12 @@ contract op.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 
-REQUIRED = object()  # a parameter without a default
+from opconform.capture.msprobe_binding import REQUIRED, Mapped, Mapping, Unmapped, bind, tensor_arg
+from opconform.capture.msprobe_map_attention import ATTENTION_MAPPINGS
 
-
-class Unmapped(ValueError):
-    """This call of a mapped API is outside its contract op's arguments; the message says why."""
-
-
-@dataclass
-class Mapped:
-    op: str  # a REPLAY_OPS op
-    inputs: dict  # tensor arguments by the row's names
-    options: dict
-    outputs: list  # the outputs the row judges, in its order
-
-
-@dataclass(frozen=True)
-class Mapping:
-    params: tuple[tuple[str, object], ...]  # (name, default or REQUIRED), the API's order
-    build: Callable[[dict, list], Mapped]  # (bound arguments, outputs) -> Mapped
-    source: str  # where the signature and semantics are documented (spec/ascend.md section)
-
-
-def bind(api: str, mapping: Mapping, args: list, kwargs: dict) -> dict:
-    """The call's arguments by parameter name, defaults filled in; Unmapped when they do not bind."""
-    names = [name for name, _ in mapping.params]
-    if len(args) > len(names):
-        raise Unmapped(f"{api}: {len(args)} positional arguments, the signature has {len(names)}")
-    bound = dict(zip(names, args, strict=False))
-    for key, value in kwargs.items():
-        if key not in names or key in bound:
-            raise Unmapped(f"{api}: argument {key!r} is not in its signature {names} (or given twice)")
-        bound[key] = value
-    for name, default in mapping.params:
-        if name not in bound:
-            if default is REQUIRED:
-                raise Unmapped(f"{api}: required argument {name!r} missing")
-            bound[name] = default
-    return bound
-
-
-def _tensor(bound: dict, name: str, api: str) -> torch.Tensor:
-    value = bound[name]
-    if not isinstance(value, torch.Tensor):
-        raise Unmapped(f"{api}: {name} is {type(value).__name__}, not a tensor")
-    return value
+__all__ = ["MAPPINGS", "Mapped", "Unmapped", "map_call"]
 
 
 def _last_dim(bound: dict, x: torch.Tensor, api: str) -> None:
@@ -79,13 +34,13 @@ def _norm_weight(api: str, x: torch.Tensor, gamma: torch.Tensor) -> None:
 
 
 def _npu_rms_norm(bound: dict, outputs: list) -> Mapped:
-    x, gamma = _tensor(bound, "self", "npu_rms_norm"), _tensor(bound, "gamma", "npu_rms_norm")
+    x, gamma = tensor_arg(bound, "self", "npu_rms_norm"), tensor_arg(bound, "gamma", "npu_rms_norm")
     _norm_weight("npu_rms_norm", x, gamma)
     return Mapped("rms_norm", {"x": x, "weight": gamma}, {"eps": bound["epsilon"]}, outputs[:1])
 
 
 def _npu_add_rms_norm(bound: dict, outputs: list) -> Mapped:
-    x1, x2, gamma = (_tensor(bound, n, "npu_add_rms_norm") for n in ("x1", "x2", "gamma"))
+    x1, x2, gamma = (tensor_arg(bound, n, "npu_add_rms_norm") for n in ("x1", "x2", "gamma"))
     _norm_weight("npu_add_rms_norm", x1, gamma)
     if len(outputs) != 3:
         raise Unmapped(f"npu_add_rms_norm: {len(outputs)} outputs recorded, the op returns (y, rstd, x)")
@@ -94,13 +49,13 @@ def _npu_add_rms_norm(bound: dict, outputs: list) -> Mapped:
 
 
 def _npu_swiglu(bound: dict, outputs: list) -> Mapped:
-    x = _tensor(bound, "x", "npu_swiglu")
+    x = tensor_arg(bound, "x", "npu_swiglu")
     _last_dim(bound, x, "npu_swiglu")
     return Mapped("silu_and_mul", {"x": x}, {}, outputs[:1])
 
 
 def _npu_geglu(bound: dict, outputs: list) -> Mapped:
-    x = _tensor(bound, "x", "npu_geglu")
+    x = tensor_arg(bound, "x", "npu_geglu")
     _last_dim(bound, x, "npu_geglu")
     modes = {0: "none", 1: "tanh"}
     if bound["approximate"] not in modes:
@@ -112,7 +67,7 @@ def _npu_geglu(bound: dict, outputs: list) -> Mapped:
 
 
 def _npu_moe_gating_top_k_softmax(bound: dict, outputs: list) -> Mapped:
-    x = _tensor(bound, "x", "npu_moe_gating_top_k_softmax")
+    x = tensor_arg(bound, "x", "npu_moe_gating_top_k_softmax")
     if bound["finished"] is not None:
         raise Unmapped("npu_moe_gating_top_k_softmax: finished rows get expert id E; select_experts has none")
     options = {
@@ -125,7 +80,7 @@ def _npu_moe_gating_top_k_softmax(bound: dict, outputs: list) -> Mapped:
 def _npu_mrope(bound: dict, outputs: list) -> Mapped:
     api = "npu_mrope"
     positions, query, key, cache = (
-        _tensor(bound, n, api) for n in ("positions", "query", "key", "cos_sin_cache")
+        tensor_arg(bound, n, api) for n in ("positions", "query", "key", "cos_sin_cache")
     )
     styles = ROTARY_STYLES
     if bound["rotary_mode"] not in styles or bound["cache_mode"] != "default":
@@ -166,7 +121,7 @@ def _cos_sin_rows(cos: torch.Tensor, sin: torch.Tensor, mode: str, api: str) -> 
 
 def _npu_rotary_mul(bound: dict, outputs: list) -> Mapped:
     api = "npu_rotary_mul"
-    x, r1, r2 = (_tensor(bound, n, api) for n in ("input", "r1", "r2"))
+    x, r1, r2 = (tensor_arg(bound, n, api) for n in ("input", "r1", "r2"))
     if bound["rotary_mode"] not in ROTARY_STYLES or x.dim() != 4:
         raise Unmapped(
             f"{api}: rotary_mode {bound['rotary_mode']!r}, {x.dim()}-d input: mapped are 4-d half/interleave"
@@ -190,7 +145,7 @@ APPLY_ROPE_HEADS = {1: 2, 2: 2, 3: 1, 4: 1}  # layout code (BSND, SBND, BNSD, TN
 
 def _npu_apply_rotary_pos_emb(bound: dict, outputs: list) -> Mapped:
     api = "npu_apply_rotary_pos_emb"
-    q, k, cos, sin = (_tensor(bound, n, api) for n in ("query", "key", "cos", "sin"))
+    q, k, cos, sin = (tensor_arg(bound, n, api) for n in ("query", "key", "cos", "sin"))
     layout, mode = bound["layout"], bound["rotary_mode"]
     if layout not in APPLY_ROPE_HEADS or mode not in ROTARY_STYLES or q.dim() != (3 if layout == 4 else 4):
         raise Unmapped(f"{api}: layout {layout!r}, rotary_mode {mode!r}, {q.dim()}-d query")
@@ -220,43 +175,15 @@ def _npu_apply_rotary_pos_emb(bound: dict, outputs: list) -> Mapped:
     )
 
 
-def _sdpa(bound: dict, outputs: list) -> Mapped:
-    api = "scaled_dot_product_attention"
-    q, k, v = (_tensor(bound, n, api) for n in ("query", "key", "value"))
-    if q.dim() != 4 or k.dim() != 4:
-        raise Unmapped(f"{api}: {q.dim()}-d query; the contract op takes [B, H, S, D]")
-    if bound["dropout_p"]:
-        raise Unmapped(f"{api}: dropout_p={bound['dropout_p']} drops at random; not a function of the inputs")
-    q_len, kv_len = q.shape[-2], k.shape[-2]
-    allowed = torch.ones(q_len, kv_len, dtype=torch.bool)
-    mask = bound["attn_mask"]
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            allowed = allowed & mask
-        elif bool(((mask == 0) | (mask == float("-inf"))).all()):  # additive 0 / -inf: a boolean mask
-            allowed = allowed & (mask == 0)
-        else:
-            raise Unmapped(
-                f"{api}: a float attn_mask of finite non-zero values adds a bias; attention has none"
-            )
-    if bound["is_causal"]:  # torch's documented reference: ones(L, S).tril(diagonal=0)
-        allowed = allowed & torch.ones(q_len, kv_len, dtype=torch.bool).tril(diagonal=0)
-    if q.shape[1] != k.shape[1] and not bound["enable_gqa"]:
-        raise Unmapped(f"{api}: {q.shape[1]} query heads, {k.shape[1]} key heads without enable_gqa")
-    scale = bound["scale"]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    return Mapped("attention", {"q": q, "k": k, "v": v, "allowed": allowed}, {"scale": scale}, outputs[:1])
-
-
 def _gelu(bound: dict, outputs: list) -> Mapped:
-    x = _tensor(bound, "input", "gelu")
+    x = tensor_arg(bound, "input", "gelu")
     if bound["approximate"] != "tanh":
         raise Unmapped(f"gelu: approximate={bound['approximate']!r}: only the tanh GELU: new_gelu")
     return Mapped("new_gelu", {"x": x}, {}, outputs[:1])
 
 
 def _rms_norm(bound: dict, outputs: list) -> Mapped:
-    x = _tensor(bound, "input", "rms_norm")
+    x = tensor_arg(bound, "input", "rms_norm")
     shape, weight = bound["normalized_shape"], bound["weight"]
     if weight is None or len(shape) != 1:
         given = "None" if weight is None else "given"
@@ -320,20 +247,7 @@ MAPPINGS: dict[str, Mapping] = {
         _npu_apply_rotary_pos_emb,
         "spec/ascend.md, CANN-APPLY-ROPE",
     ),  # fmt: skip
-    "Functional.scaled_dot_product_attention": Mapping(
-        (
-            ("query", REQUIRED),
-            ("key", REQUIRED),
-            ("value", REQUIRED),
-            ("attn_mask", None),
-            ("dropout_p", 0.0),
-            ("is_causal", False),
-            ("scale", None),
-            ("enable_gqa", False),
-        ),
-        _sdpa,
-        _MAP,
-    ),  # fmt: skip
+    **ATTENTION_MAPPINGS,
     "Functional.gelu": Mapping((("input", REQUIRED), ("approximate", "none")), _gelu, _MAP),
     "Functional.rms_norm": Mapping(
         (("input", REQUIRED), ("normalized_shape", REQUIRED), ("weight", None), ("eps", None)),
