@@ -40,10 +40,11 @@ CORRECT_CALLS = {
     "NPU.npu_mrope.1.forward": "mrope",
     "NPU.npu_rotary_mul.0.forward": "rotary_embedding",
     "NPU.npu_apply_rotary_pos_emb.0.forward": "rotary_embedding",
+    "NPU.npu_fused_infer_attention_score.0.forward": "attention",
 }
 OUTSIDE_CALLS = ["Functional.gelu.1.forward", "Functional.scaled_dot_product_attention.2.forward"]
 NPU_APIS = ("npu_rms_norm", "npu_add_rms_norm", "npu_swiglu", "npu_geglu", "npu_moe_gating_top_k_softmax")
-NPU_APIS += ("npu_mrope", "npu_rotary_mul", "npu_apply_rotary_pos_emb")
+NPU_APIS += ("npu_mrope", "npu_rotary_mul", "npu_apply_rotary_pos_emb", "npu_fused_infer_attention_score")
 
 
 def _planted_rms_norm(self, gamma, epsilon=1e-6):
@@ -124,6 +125,11 @@ def main(dump_path: str) -> None:
         npu.npu_apply_rotary_pos_emb(
             torch.randn(1, 4, 2, 8, generator=g), torch.randn(1, 4, 1, 8, generator=g), r1, r2
         )
+        masked = torch.ones(3, 3, dtype=torch.bool).triu(1)  # True = masked out (CANN-FIA-MASK)
+        npu.npu_fused_infer_attention_score(
+            q, k[:, :2], v[:, :2], atten_mask=masked, num_heads=4, num_key_value_heads=2, scale=0.3,
+            input_layout="BNSD",
+        )  # fmt: skip
         F.gelu(torch.randn(2, 8, generator=g))  # erf GELU alone: no contract op
         F.scaled_dot_product_attention(q, k, v, attn_mask=torch.randn(3, 3, generator=g))  # a bias
     debugger.stop()

@@ -17,7 +17,7 @@ from opconform.capture.ops import REPLAY_OPS
 
 
 def _judge(api: str, args: list, kwargs: dict, outputs) -> None:
-    mapped = map_call(api, args, kwargs, list(outputs) if isinstance(outputs, tuple) else [outputs])
+    mapped = map_call(api, args, kwargs, list(outputs) if isinstance(outputs, (tuple, list)) else [outputs])
     compare(REPLAY_OPS[mapped.op], mapped.inputs, mapped.options, mapped.outputs, context=api)
 
 
@@ -146,3 +146,63 @@ def test_npu_rotary_mul_and_apply_rotary_pos_emb_rotate_as_their_mode_says(mode)
     _judge("NPU.npu_apply_rotary_pos_emb", [*before, r1, r2], {"layout": 1, "rotary_mode": mode}, out)
     with pytest.raises(Unmapped, match="not one angle per rotated pair"):
         map_call("NPU.npu_rotary_mul", [x, r1, torch.rand_like(r2)], {"rotary_mode": mode}, [x])
+
+
+def _fia_record(layout, q, k, v, **kwargs):
+    """The emulator's FIA on BNSD inputs, and the call as recorded in ``layout`` (BSND, BSH: the
+    same tensors transposed or merged, as the layouts are documented)."""
+    out, lse = npu.npu_fused_infer_attention_score(q, k, v, input_layout="BNSD", **kwargs)
+
+    def to(t):
+        t = t.transpose(1, 2) if layout != "BNSD" else t
+        return t.flatten(2) if layout == "BSH" else t
+
+    return [to(q), to(k), to(v)], {**kwargs, "input_layout": layout}, [to(out), lse]
+
+
+@pytest.mark.parametrize("layout", ["BNSD", "BSND", "BSH"])
+def test_fia_maps_its_mask_polarity_modes_lengths_and_scale(layout):
+    from backends.npu_emulator.compressed_mask import reference as compressed
+
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(2, h, 5, 8, generator=g) for h in (4, 2, 2))
+    masked = torch.rand(5, 5, generator=g) > 0.6
+    masked[:, 0] = False  # every row keeps a key
+    heads = {"num_heads": 4, "num_key_value_heads": 2, "scale": 0.3}
+    forms = [
+        {"atten_mask": masked, **heads},
+        {"atten_mask": compressed(), "sparse_mode": 2, **heads},
+        {"pre_tokens": 1, "next_tokens": 0, **heads},
+        {"num_heads": 4, "num_key_value_heads": 2},  # scale left at its documented default 1.0
+    ]
+    for kwargs in forms:
+        _judge("NPU.npu_fused_infer_attention_score", *_fia_record(layout, q, k, v, **kwargs))
+    api = "NPU.npu_fused_infer_attention_score"
+    inverted = _fia_record(layout, q, k, v, atten_mask=~masked, **heads)[2]  # the torch polarity
+    with pytest.raises(ConformanceError, match="ATTN"):
+        _judge(api, *_fia_record(layout, q, k, v, atten_mask=masked, **heads)[:2], inverted)
+    root_d = _fia_record(layout, q, k, v, num_heads=4, num_key_value_heads=2, scale=8**-0.5)[2]
+    with pytest.raises(ConformanceError, match="ATTN"):
+        _judge(api, *_fia_record(layout, q, k, v, num_heads=4, num_key_value_heads=2)[:2], root_d)
+
+
+def test_fia_decode_reads_only_the_mask_and_kv_lengths():
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (
+        torch.randn(2, 4, 1, 8, generator=g),
+        torch.randn(2, 4, 6, 8, generator=g),
+        torch.randn(2, 4, 6, 8),
+    )
+    kwargs = {
+        "num_heads": 4,
+        "scale": 0.35,
+        "actual_seq_lengths_kv": [3, 6],
+        "pre_tokens": 0,
+        "sparse_mode": 0,
+    }
+    _judge("NPU.npu_fused_infer_attention_score", *_fia_record("BNSD", q, k, v, **kwargs))
+    full = _fia_record("BNSD", q, k, v, **{**kwargs, "actual_seq_lengths_kv": [6, 6]})[2]
+    with pytest.raises(ConformanceError, match="ATTN"):
+        _judge("NPU.npu_fused_infer_attention_score", *_fia_record("BNSD", q, k, v, **kwargs)[:2], full)
+    with pytest.raises(Unmapped, match="quantization"):
+        map_call("NPU.npu_fused_infer_attention_score", [q, k, v], {"dequant_scale1": torch.ones(1)}, full)

@@ -28,15 +28,23 @@ class Mapping:
     params: tuple[tuple[str, object], ...]  # (name, default or REQUIRED), the API's order
     build: Callable[[dict, list], Mapped]  # (bound arguments, outputs) -> Mapped
     source: str  # where the signature and semantics are documented (spec/ascend.md section)
+    # keywords outside ``params`` are kept in bound["rest"] (an API with many optional inputs the
+    # contract op has no argument for: the build refuses those that are given) instead of refused
+    rest: bool = False
 
 
 def bind(api: str, mapping: Mapping, args: list, kwargs: dict) -> dict:
-    """The call's arguments by parameter name, defaults filled in; Unmapped when they do not bind."""
+    """The call's arguments by parameter name, defaults filled in (and ``rest``: see Mapping);
+    Unmapped when they do not bind."""
     names = [name for name, _ in mapping.params]
     if len(args) > len(names):
         raise Unmapped(f"{api}: {len(args)} positional arguments, the signature has {len(names)}")
     bound = dict(zip(names, args, strict=False))
+    rest = bound["rest"] = {} if mapping.rest else None
     for key, value in kwargs.items():
+        if rest is not None and key not in names:
+            rest[key] = value
+            continue
         if key not in names or key in bound:
             raise Unmapped(f"{api}: argument {key!r} is not in its signature {names} (or given twice)")
         bound[key] = value
