@@ -45,6 +45,7 @@ CORRECT_CALLS = {
 OUTSIDE_CALLS = ["Functional.gelu.1.forward", "Functional.scaled_dot_product_attention.2.forward"]
 NPU_APIS = ("npu_rms_norm", "npu_add_rms_norm", "npu_swiglu", "npu_geglu", "npu_moe_gating_top_k_softmax")
 NPU_APIS += ("npu_mrope", "npu_rotary_mul", "npu_apply_rotary_pos_emb", "npu_fused_infer_attention_score")
+NPU_APIS += ("_npu_reshape_and_cache",)  # no contract op's call: it writes its caches, returns nothing
 
 
 def _planted_rms_norm(self, gamma, epsilon=1e-6):
@@ -130,6 +131,9 @@ def main(dump_path: str) -> None:
             q, k[:, :2], v[:, :2], atten_mask=masked, num_heads=4, num_key_value_heads=2, scale=0.3,
             input_layout="BNSD",
         )  # fmt: skip
+        caches = [torch.zeros(2, 4, 1, 8, dtype=torch.float16) for _ in range(2)]
+        kv = [torch.randn(3, 1, 8, generator=g).half() for _ in range(2)]
+        npu._npu_reshape_and_cache(*kv, *caches, torch.tensor([0, 5, 2], dtype=torch.int32))
         F.gelu(torch.randn(2, 8, generator=g))  # erf GELU alone: no contract op
         F.scaled_dot_product_attention(q, k, v, attn_mask=torch.randn(3, 3, generator=g))  # a bias
     debugger.stop()

@@ -88,6 +88,17 @@ def test_the_planted_kernel_fails_exactly_its_calls_under_its_clause(dump):
     assert sum(not_judged["outside"].values()) == len(msprobe_dumps.OUTSIDE_CALLS)
 
 
+def test_an_op_that_writes_its_arguments_is_in_no_record_after_the_call(dump):
+    """MSPROBE-DUMP: msprobe records the arguments before the call; a KV write returns nothing,
+    so its record holds the caches as they were (zeros here) and no output: listed, not judged."""
+    record = _records(dump)["NPU._npu_reshape_and_cache.0.forward"]
+    cache = record["input_args"][2]
+    (path,) = dump.rglob(cache["data_name"])
+    assert not torch.load(path, weights_only=True).any()
+    assert not [o for o in record["output"] if o]
+    assert replay_msprobe(dump)[2]["unmapped"]["NPU._npu_reshape_and_cache"] == 1
+
+
 def test_the_command_prints_the_unmapped_apis_and_a_failure_reruns_alone(dump, tmp_path, capsys):
     out = tmp_path / "report"
     assert cli.main(["replay", "--from", "msprobe", str(dump), "--out", str(out)]) == 1
