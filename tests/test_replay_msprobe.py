@@ -116,6 +116,15 @@ def test_the_command_prints_the_unmapped_apis_and_a_failure_reruns_alone(dump, t
     again = json.loads((tmp_path / "one" / "report.json").read_text())["results"]
     assert [(r["nodeid"], r["outcome"]) for r in again] == [(failing[0]["nodeid"], "failed")]
     assert cli.main(["merge", str(out / "report.json"), "--out", str(tmp_path / "merged")]) == 1
+    # the same calls dumped by another process: the ids leave the lone procPID out, so diff pairs them
+    other = tmp_path / "other"
+    shutil.copytree(dump, other)
+    (proc,) = other.glob("step0/proc*")
+    proc.rename(proc.with_name("proc1"))
+    assert cli.main(["replay", "--from", "msprobe", str(other), "--out", str(tmp_path / "again")]) == 1
+    capsys.readouterr()
+    assert cli.main(["diff", str(out / "report.json"), str(tmp_path / "again" / "report.json")]) == 0
+    assert capsys.readouterr().out.strip() == "no changes"
 
 
 class _OpensAFile:

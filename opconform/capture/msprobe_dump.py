@@ -45,7 +45,7 @@ class Call:
     kwargs: dict
     output: list
     folder: Path  # the folder of its dump.json
-    where: str  # that folder relative to the dump folder ("." for the folder itself)
+    where: str  # that folder below the dump folder, as case ids name it (``dump_places``)
 
 
 def find_dumps(folder: str | Path) -> list[Path]:
@@ -61,7 +61,23 @@ def find_dumps(folder: str | Path) -> list[Path]:
     return found
 
 
-def read_dump(path: Path, root: Path) -> tuple[dict, list[Call | CaptureError]]:
+PROC_DIR = re.compile(r"^proc\d+$")
+
+
+def dump_places(paths: list[Path], root: Path) -> dict[Path, str]:
+    """Each dump.json's folder below ``root`` as the case ids name it: ``step0/rank3``, and
+    ``step0`` for the one ``procPID`` folder of a step (a process id differs between two runs of
+    one model, so their reports would share no case for ``diff``); several in a step keep their ids."""
+    folders = [path.parent.relative_to(root) for path in paths]
+    procs = [f.parent for f in folders if PROC_DIR.match(f.name)]
+    places = {}
+    for path, folder in zip(paths, folders, strict=True):
+        lone = PROC_DIR.match(folder.name) and procs.count(folder.parent) == 1
+        places[path] = str(folder.parent if lone else folder)
+    return places
+
+
+def read_dump(path: Path, where: str) -> tuple[dict, list[Call | CaptureError]]:
     """dump.json's header (everything but ``data``) and its records in file order, which is the
     order the calls ran in; a malformed record is a CaptureError in its place. A file that is not
     a dump.json of ``task`` tensor raises CaptureError: without tensor files no call can be judged."""
@@ -74,7 +90,6 @@ def read_dump(path: Path, root: Path) -> tuple[dict, list[Call | CaptureError]]:
             f"{path}: task {header.get('task')!r} dumps no tensors; replay needs a dump of task "
             '"tensor" (msprobe config: "task": "tensor")'
         )
-    where = str(path.parent.relative_to(root)) if path.parent != root else "."
     calls: list[Call | CaptureError] = []
     for name, record in data["data"].items():
         module = MODULE_NAME.match(name)

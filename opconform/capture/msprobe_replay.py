@@ -4,10 +4,11 @@ clauses (spec/ascend.md, MSPROBE-DUMP, MSPROBE-MAP).
 Every forward call of an API in ``msprobe_map.MAPPINGS`` becomes one case of the results
 document ``opconform run`` writes (``judge.results_document``), judged by ``judge.judged`` as a
 captured call is: its clause the op's row of ``REPLAY_OPS``, its column ``msprobe@dump``, its
-node id ``msprobe::WHERE::NAME`` (WHERE the dump.json's folder below DUMP_DIR, NAME the msprobe
-record, e.g. ``msprobe::step0/proc12::NPU.npu_rms_norm.0.forward``). Every other record is
-counted and listed, never judged: an API without a contract op (``unmapped``), a backward
-record, or a call of a mapped API outside its op's arguments (``outside``, with the reason).
+node id ``msprobe::WHERE::NAME`` (WHERE the dump.json's folder below DUMP_DIR without a lone
+``procPID``, NAME the msprobe record, e.g. ``msprobe::step0::NPU.npu_rms_norm.0.forward``).
+Every other record is counted and listed, never judged: an API without a contract op
+(``unmapped``), a backward record, or a call of a mapped API outside its op's arguments
+(``outside``, with the reason).
 A call whose tensor file cannot be read is a skipped case naming the file; no other case is lost.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from conformance.results import Case, Document, Outcome
 from opconform.capture.judge import judged, results_document
-from opconform.capture.msprobe_dump import Call, decode, find_dumps, read_dump
+from opconform.capture.msprobe_dump import Call, decode, dump_places, find_dumps, read_dump
 from opconform.capture.msprobe_map import MAPPINGS, Unmapped, map_call
 from opconform.capture.ops import REPLAY_OPS
 from opconform.capture.store import CaptureError
@@ -64,8 +65,10 @@ def replay_msprobe(folder: str | Path, *, cases=None) -> tuple[Document, list[st
     started, root = time.time(), Path(folder)
     results, problems = [], []
     unmapped, outside, backward, known = Counter(), Counter(), 0, set()
-    for path in find_dumps(root):
-        _, calls = read_dump(path, root)
+    paths = find_dumps(root)
+    places = dump_places(paths, root)
+    for path in paths:
+        _, calls = read_dump(path, places[path])
         for call in calls:
             if isinstance(call, CaptureError):
                 problems.append(str(call))
@@ -91,7 +94,7 @@ def replay_msprobe(folder: str | Path, *, cases=None) -> tuple[Document, list[st
     for wanted in cases or ():
         if wanted not in known:
             raise ValueError(f"--case {wanted}: no mapped call of dump {folder} has this id "
-                             "(ids look like msprobe::step0/procN::NPU.npu_rms_norm.0.forward)")  # fmt: skip
+                             "(ids look like msprobe::step0::NPU.npu_rms_norm.0.forward)")  # fmt: skip
     not_judged = {"unmapped": dict(sorted(unmapped.items())), "outside": dict(outside), "backward": backward}
     meta = {"capture": str(folder), "capture_format": "msprobe", "msprobe": {"not_judged": not_judged}}
     return results_document(results, started=started, meta=meta), problems, not_judged
