@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from opconform.commands import EXIT_DEVICE_ABSENT, help_for, usage_error, writable_dir
 
@@ -81,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
             args.capture, backend=backend, device=device, cases=args.case, rerun=rerun
         )
     except (CaptureError, ValueError, RuntimeError) as exc:
-        return usage_error("replay", exc)
+        hint = (
+            " (an msprobe dump? add --from msprobe)"
+            if next(Path(args.capture).rglob("dump.json"), None)
+            else ""
+        )
+        return usage_error("replay", f"{exc}{hint}")
     data = document.to_dict()
     print(render.text(data))
     for problem in problems:
