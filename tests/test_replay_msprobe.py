@@ -172,3 +172,6 @@ def test_a_dump_without_tensors_or_folder_is_one_line_exit_2(dump, tmp_path, cap
         assert cli.main(["replay", "--from", "msprobe", str(folder)]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and says in err, err
+    assert cli.main(["replay", str(dump)]) == 2  # a dump replayed as a capture: the line says --from
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.endswith("(an msprobe dump? add --from msprobe)"), err
