@@ -69,10 +69,10 @@ def replay_msprobe(folder: str | Path, *, cases=None) -> tuple[Document, list[st
     places = dump_places(paths, root)
     for path in paths:
         _, calls = read_dump(path, places[path])
-        for call in calls:
+        for i, call in enumerate(calls):
             if isinstance(call, CaptureError):
                 problems.append(str(call))
-                results.append(Case(nodeid=f"msprobe::{path}::record", outcome=Outcome.SKIPPED,
+                results.append(Case(nodeid=f"msprobe::{places[path]}::record{i}", outcome=Outcome.SKIPPED,
                                     reason=str(call), backend=COLUMN[0], device=COLUMN[1]))  # fmt: skip
                 continue
             if call.api not in MAPPINGS:
