@@ -98,6 +98,8 @@ def _fia(bound: dict, outputs: list) -> Mapped:
     kv_len = k.shape[2]
     lengths = bound["actual_seq_lengths_kv"]
     kv_lens = torch.full((batch,), kv_len) if lengths is None else torch.as_tensor(lengths).long().flatten()
+    if kv_lens.numel() != batch:
+        raise Unmapped(f"{api}: actual_seq_lengths_kv {kv_lens.tolist()} is not one length per batch row")
     mask, mode = bound["atten_mask"], bound["sparse_mode"]
     if mask is not None and mask.dtype not in MASK_DTYPES:
         raise Unmapped(f"{api}: atten_mask of {mask.dtype}: the op takes bool, int8 or uint8 (CANN-FIA-MASK)")
@@ -113,8 +115,6 @@ def _fia(bound: dict, outputs: list) -> Mapped:
                                      full, kv_lens, batch)  # fmt: skip
     except RuntimeError as exc:
         raise Unmapped(f"{api}: {' '.join(str(exc).split())}") from None
-    if kv_lens.numel() != batch:
-        raise Unmapped(f"{api}: actual_seq_lengths_kv {kv_lens.tolist()} is not one length per batch row")
     masked = masked | (torch.arange(kv_len)[None, :] >= kv_lens[:, None])[:, None, None, :]
     out = [_bnsd(outputs[0], layout, heads)] if outputs and isinstance(outputs[0], torch.Tensor) else []
     return _attention(q, k, v, ~masked, bound["scale"], out)
