@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from conformance.checks import assert_close, check
 from conformance.moe_checks import check_fused
 from conformance.strategies.activations import gated_inputs
+from conformance.strategies.common import FLOAT_DTYPES
 from conformance.strategies.moe_fused import fused_recipes
 from conformance.strategies.norms import norm_inputs
 from conformance.strategies.padding import RowPadding
@@ -81,8 +82,8 @@ def _as_outputs(out) -> tuple:
     return tuple(out) if isinstance(out, tuple | list) else (out,)
 
 
-def norm_case(op: str, data, device) -> RowCase:
-    recipe = data.draw(norm_inputs(max_numel=SMALL), label="recipe")
+def norm_case(op: str, data, device, dtypes) -> RowCase:
+    recipe = data.draw(norm_inputs(max_numel=SMALL, dtypes=dtypes), label="recipe")
     x, residual, weight = recipe.make(device)
     x, residual = x.reshape(-1, x.shape[-1]), residual.reshape(-1, x.shape[-1])
     fused = "fused" in op
@@ -98,8 +99,8 @@ def norm_case(op: str, data, device) -> RowCase:
     return RowCase(op, rows, call, (_fill,) * len(rows), judge, f"{recipe.describe()}, eps {recipe.eps:g}")
 
 
-def silu_case(op: str, data, device) -> RowCase:
-    recipe = data.draw(gated_inputs(max_numel=SMALL), label="recipe")
+def silu_case(op: str, data, device, dtypes) -> RowCase:
+    recipe = data.draw(gated_inputs(max_numel=SMALL, dtypes=dtypes), label="recipe")
     x = recipe.make(device)
     x = x.reshape(-1, x.shape[-1])
 
@@ -135,8 +136,8 @@ def _pad_ids(experts: int):
     return pad
 
 
-def fused_moe_case(op: str, data, device) -> RowCase:
-    recipe = data.draw(fused_recipes(), label="recipe")
+def fused_moe_case(op: str, data, device, dtypes) -> RowCase:
+    recipe = data.draw(fused_recipes(dtypes=dtypes), label="recipe")
     x, w13, w2, weights, ids = recipe.make(device)
 
     def call(impl, rows):
@@ -158,8 +159,8 @@ def _pad_positions(t, padding: RowPadding):
     return torch.cat([t, torch.zeros(padding.rows, dtype=t.dtype, device=t.device)])
 
 
-def rotary_case(op: str, data, device) -> RowCase:
-    recipe = data.draw(rope_recipes(), label="recipe")
+def rotary_case(op: str, data, device, dtypes) -> RowCase:
+    recipe = data.draw(rope_recipes(dtypes=dtypes), label="recipe")
     neox = data.draw(st.booleans(), label="is_neox_style")
     positions, q, k, cache = recipe.make(device)
     q, k = q.contiguous(), k.contiguous()
@@ -187,8 +188,9 @@ BUILDERS = {
 }
 
 
-def row_case(op: str, data, device) -> RowCase:
-    return BUILDERS[op](op, data, device)
+def row_case(op: str, data, device, dtypes=FLOAT_DTYPES) -> RowCase:
+    """One drawn call of ``op`` with inputs of ``dtypes`` (the family's own strategies)."""
+    return BUILDERS[op](op, data, device, dtypes)
 
 
 @contextlib.contextmanager
