@@ -193,6 +193,9 @@ def row_case(op: str, data, device, dtypes=FLOAT_DTYPES) -> RowCase:
     return BUILDERS[op](op, data, device, dtypes)
 
 
+DETERMINISM_WARNINGS = ".*(deterministic implementation|Deterministic behavior)"
+
+
 @contextlib.contextmanager
 def poisoned_allocations():
     """PAD-UNINIT: inside, every ``torch.empty*`` (a backend's outputs and workspaces) holds NaN, and
@@ -206,7 +209,8 @@ def poisoned_allocations():
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*does not have a deterministic implementation")
+            # an op without a deterministic form (and cuBLAS without its workspace setting) warns
+            warnings.filterwarnings("ignore", message=DETERMINISM_WARNINGS)
             yield
     finally:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
