@@ -121,3 +121,14 @@ def check_unavailable(backends: list, devices: list[str]) -> None:
                     f"backend {backend.name!r}: unavailable({name!r}) raised {type(exc).__name__}: {exc} "
                     "(it must return None when usable there, else the reason it is not)"
                 ) from exc
+
+
+def out_of_scope(backend, clauses) -> str | None:
+    """The n/i reason when ``backend`` declares ``clause_scope`` (the clause IDs it is built to be
+    judged on, as the ``invariant`` reference backend: spec/invariance.md) and ``clauses`` name none of
+    them; None when it declares none or one of them is named."""
+    scope = getattr(backend, "clause_scope", None)
+    if scope is None or set(clauses) & set(scope):
+        return None
+    judged = ", ".join(sorted(scope))
+    return f"not implemented: backend {backend.name!r} is judged only on {judged} (clause_scope)"
