@@ -75,8 +75,11 @@ class InvariantBackend:
         new_residual = (x.float() + residual.float()).to(x.dtype)
         return self.rms_norm(new_residual, weight, eps=eps), new_residual
 
+    def _mean_square(self, h):
+        return ordered_sum(h * h) / h.shape[-1]
+
     def _normalized(self, h, eps, dtype):
-        mean_square = ordered_sum(h * h) / h.shape[-1]
+        mean_square = self._mean_square(h)
         inv = torch.rsqrt(mean_square.double() + eps).float()
         return (h * inv[..., None]).to(dtype)
 
@@ -119,7 +122,11 @@ class InvariantBackend:
         y = self._down(act, w2.float()[ids], ids)  # [T, k, H]
         if not apply_router_weight_on_input:
             y = y * w
-        return (ordered_sum(y.transpose(1, 2)) * float(output_scale)).to(x.dtype)
+        return (self._combine(y) * float(output_scale)).to(x.dtype)
+
+    def _combine(self, y):
+        """The k slots' outputs [T, k, H] of each token summed in slot order."""
+        return ordered_sum(y.transpose(1, 2))
 
     def _down(self, act, w2_rows, ids):
         """act [T, k, I] times each slot's expert's w2 [H, I]: an ordered sum over I per row."""
@@ -156,16 +163,17 @@ class InvariantBackend:
             keys = k_cache.flatten(0, 1)[slots].float()  # [L, Hkv, D]
             values = v_cache.flatten(0, 1)[slots].float()
             positions = torch.arange(length - (stop - start), length)
-            rows = self._attend(q[start:stop].float(), keys, values, positions, meta, sinks)
+            splits = self.split_bounds(meta, b, length)
+            rows = self._attend(q[start:stop].float(), keys, values, positions, meta, sinks, splits)
             out[start:stop] = rows.to(q.dtype)
         return out
 
-    def split_bounds(self, meta, length: int) -> list[tuple[int, int]]:
-        """The KV splits of a sequence of ``length`` positions: [0, N), [N, 2N), ... (INV-SPLIT)."""
+    def split_bounds(self, meta, b: int, length: int) -> list[tuple[int, int]]:
+        """The KV splits of sequence ``b`` (``length`` positions): [0, N), [N, 2N), ... (INV-SPLIT)."""
         n = self.kv_split_size
         return [(lo, min(lo + n, length)) for lo in range(0, length, n)]
 
-    def _attend(self, q, keys, values, positions, meta, sinks):
+    def _attend(self, q, keys, values, positions, meta, sinks, splits):
         """q [R, Hq, D] at ``positions`` over keys/values [L, Hkv, D*]: split by split, each split's
         (max, sum, weighted values) merged into the running ones in position order."""
         group = meta.q_heads // meta.kv_heads
@@ -175,7 +183,7 @@ class InvariantBackend:
         m = torch.full((rows, heads), float("-inf"))
         total = torch.zeros(rows, heads)
         acc = torch.zeros(rows, heads, v.shape[-1])
-        for lo, hi in self.split_bounds(meta, keys.shape[0]):
+        for lo, hi in splits:
             s = ordered_sum(q[:, None] * k[None, lo:hi]) * meta.scale  # [R, n, Hq]
             if meta.softcap is not None:
                 s = (meta.softcap * torch.tanh(s.double() / meta.softcap)).float()
