@@ -120,9 +120,12 @@ def test_ordinary_builtin_backends_are_not_promised():
 
 
 def test_the_invariant_backend_is_judged_only_on_the_invariance_clauses():
-    assert selection.out_of_scope(INVARIANT, ["NORM-RMS"]).startswith(Outcome.NOT_IMPLEMENTED.value)
-    assert selection.out_of_scope(INVARIANT, ["INV-ROW", "DET-RUN"]) is None
-    assert selection.out_of_scope(backends.import_attr(backends.BUILTIN["native"]), ["NORM-RMS"]) is None
+    native = backends.import_attr(backends.BUILTIN["native"])
+    norm, inv = [pytest.mark.clause("NORM-RMS").mark], [pytest.mark.clause("INV-ROW", "DET-RUN").mark]
+    assert selection.out_of_scope(INVARIANT, norm).startswith(Outcome.NOT_IMPLEMENTED.value)
+    assert selection.out_of_scope(INVARIANT, inv) is None and selection.out_of_scope(native, norm) is None
+    assert selection.scoped([native, INVARIANT], norm) == [native]
+    assert selection.scoped([INVARIANT], norm) == [INVARIANT]  # none left: they skip at setup instead
 
 
 def test_the_invariant_backend_is_close_to_the_oracles():

@@ -274,7 +274,7 @@ def pytest_generate_tests(metafunc):
     config = metafunc.config
     activate(config)
     run = state(config)
-    chosen = _scoped(metafunc, _focused(metafunc, run.backends))
+    chosen = selection.scoped(_focused(metafunc, run.backends), metafunc.definition.iter_markers("clause"))
     pairs = [(b, as_device(d)) for b in chosen for d in run.devices]
     argnames = ["backend", "device"] if "device" in metafunc.fixturenames else ["backend"]
     values = [pair if len(argnames) == 2 else pair[:1] for pair in pairs]
@@ -294,13 +294,6 @@ def _focused(metafunc, backends: list) -> list:
     checked = {c for mark in metafunc.definition.iter_markers("clause") for c in mark.args}
     kept = [b for b in backends if getattr(b, "clauses", None) is None or checked & set(b.clauses)]
     return kept or backends[:1]
-
-
-def _scoped(metafunc, backends: list) -> list:
-    """No cases of a property outside a backend's ``clause_scope`` (unless none are left: they skip)."""
-    clauses = [c for mark in metafunc.definition.iter_markers("clause") for c in mark.args]
-    kept = [b for b in backends if selection.out_of_scope(b, clauses) is None]
-    return kept or backends
 
 
 def absent_message(config) -> str | None:
@@ -396,7 +389,8 @@ def pytest_runtest_setup(item):
         reason = _registry().not_implemented_reason(backend, op_mark.args[0])
         if reason:
             pytest.skip(reason)
-    clauses = [c for mark in item.iter_markers("clause") for c in mark.args]
-    reason = selection.out_of_scope(backend, clauses) or promises.skip_reason(item, backend)
+    reason = selection.out_of_scope(backend, item.iter_markers("clause")) or promises.skip_reason(
+        item, backend
+    )
     if reason:
         pytest.skip(reason)
