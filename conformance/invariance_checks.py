@@ -2,16 +2,20 @@
 
 ``Side`` says how one side of a comparison ran (its batch, the positions of the compared rows in
 it, its splits or chunks); ``check_bitwise`` demands the same bits and refuses, as a defect of the
-suite, two sides described alike: the recorded proof that the comparison could have failed.
+suite, two sides described alike: the proof that the comparison could have failed, recorded as a
+Hypothesis event of each example (``--hypothesis-show-statistics``) and in every failure.
 ``check_informative`` refuses outputs that would pass any bitwise comparison (INV-VACUITY), and
 ``check_repeat`` is DET-RUN, checked first by every property.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
+from hypothesis import event
+from hypothesis.errors import InvalidArgument
 
 from conformance.checks import check_output
 from conformance.errors import ConformanceError
@@ -52,6 +56,10 @@ def check_bitwise(got, want: torch.Tensor, *, clause: str, context: str, sides: 
     first differing element, both values and both sides (the proof they ran differently)."""
     __tracebackhide__ = True  # a failure shows its verdict, not this source
     require_distinct(*sides)
+    with contextlib.suppress(
+        InvalidArgument
+    ):  # the proof in --hypothesis-show-statistics (outside a test: none)
+        event(f"{clause} compared: {sides[0].what} vs {sides[1].what}")
     proof = f"{sides[0].describe()} vs {sides[1].describe()}"
     check_output(
         got, want, clause=clause, context=f"{context}; {proof}", dtype=want.dtype, device=want.device
