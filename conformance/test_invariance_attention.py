@@ -217,8 +217,8 @@ def test_a_cached_prefix_equals_a_cold_prefill(backend, device, shapes, data):
     """INV-PREFIX: the new tokens of a sequence whose first P tokens (a multiple of the split size) are
     read from another sequence's shared pages equal the same rows of a cold prefill."""
     gen, n = torch.Generator().manual_seed(shapes.pop("seed")), _split(backend)
-    length = data.draw(st.integers(n + 1, 3 * n + 3), label="length")
-    prefix = data.draw(st.sampled_from(range(n, length, n)), label="prefix")
+    length = data.draw(st.integers(n + 2, 3 * n + 3), label="length")
+    prefix = data.draw(st.sampled_from(range(n, length - 1, n)), label="prefix")  # 2+ new rows
     seq, block_size = make_seq(gen, length, **shapes), data.draw(page_sizes(n), label="page_size")
     window = data.draw(st.sampled_from((None, None, n + 1)), label="sliding_window")
     cold = build_call([Item(seq, length, length)], block_size=block_size, gen=gen, window=window)
