@@ -72,15 +72,24 @@ def check_bitwise(got, want: torch.Tensor, *, clause: str, context: str, sides: 
         return
     index = tuple(int(i) for i in differ.nonzero()[0])
     a, b = got.detach().cpu()[index].item(), want.detach().cpu()[index].item()
-    relation = f"got {a!r} in {sides[0].what}, {b!r} in {sides[1].what} at {index}"
+    relation = f"got {a!r} in {sides[0].what}, {b!r} in {sides[1].what} at {index}{_rows(sides, index)}"
     raise ConformanceError(
         clause,
         f"{context}: {int(differ.sum())} of {differ.numel()} elements differ in their bits "
-        f"(dtype {got.dtype}, shape {tuple(got.shape)}); first at {index}: {a!r} vs {b!r}; {proof}",
+        f"(dtype {got.dtype}, shape {tuple(got.shape)}); first at {index}{_rows(sides, index)}: {a!r} vs "
+        f"{b!r}; {proof}",
         dtype=got.dtype,
         relation=relation,
         metamorphic=True,
     )
+
+
+def _rows(sides: tuple[Side, Side], index: tuple) -> str:
+    """Where the differing element's row sat on each side (the compared rows follow ``positions``)."""
+    i = index[0] if index else 0
+    if all(i < len(s.positions) for s in sides):
+        return f" (row {sides[0].positions[i]} vs row {sides[1].positions[i]})"
+    return ""
 
 
 def check_informative(out: torch.Tensor, *, context: str) -> None:
