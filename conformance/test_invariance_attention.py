@@ -141,20 +141,26 @@ def test_decode_rows_do_not_depend_on_the_number_of_splits(backend, device, shap
 @given(shapes=attention_shapes(), data=st.data())
 def test_prefill_row_t_equals_decoding_token_t(backend, device, shapes, data):
     """INV-PREFILL-DECODE: one prefill call of L tokens; row t equals the decode of token t
-    (seq_len t + 1) in a decode batch sharing the prefill's pages."""
+    (seq_len t + 1) in a decode batch sharing the prefill's pages: the last token, the tokens at the
+    first split boundaries and up to 8 others (all of them for short sequences)."""
     gen, n = torch.Generator().manual_seed(shapes.pop("seed")), _split(backend)
     length = data.draw(st.integers(2, 3 * n + 3), label="length")
     seq, block_size = make_seq(gen, length, **shapes), data.draw(page_sizes(n), label="page_size")
     window = data.draw(st.sampled_from((None, None, n + 1)), label="sliding_window")
     prefill = build_call([Item(seq, length, length)], block_size=block_size, gen=gen, window=window)
-    decodes = [Item(seq, t + 1, 1, share=(0, -(-(t + 1) // block_size))) for t in range(length)]
-    decode = build_call([Item(seq, length, 1)] + decodes[:-1], block_size=block_size, gen=gen, window=window)
+    boundary = [t for t in (n - 1, n, 2 * n - 1, 2 * n) if t < length - 1]
+    others = data.draw(
+        st.lists(st.integers(0, length - 2), min_size=1, max_size=8, unique=True), label="tokens"
+    )
+    tokens = sorted(set(boundary + others))
+    decodes = [Item(seq, t + 1, 1, share=(0, -(-(t + 1) // block_size))) for t in tokens]
+    decode = build_call([Item(seq, length, 1)] + decodes, block_size=block_size, gen=gen, window=window)
     context = describe(backend, device, OP, kv_split_size=n, length=length, sliding_window=window, **shapes)
-    # decode's item 0 is token L - 1 (owning the pages); items 1.. are tokens 0 .. L - 2.
-    order = list(range(1, length)) + [0]
-    sides = (Side(f"decode batch of {length} tokens", _positions(decode, order)),
-             Side(f"prefill of {length} tokens", tuple(range(length))))  # fmt: skip
-    want = _first_side(backend, device, prefill, sides[1], context)
+    # decode's item 0 is token L - 1 (owning the pages); items 1.. are ``tokens``.
+    order, tokens = list(range(1, len(tokens) + 1)) + [0], tokens + [length - 1]
+    sides = (Side(f"decode batch of {len(tokens)} tokens", _positions(decode, order)),
+             Side(f"prefill of {length} tokens", tuple(tokens)))  # fmt: skip
+    want = _first_side(backend, device, prefill, sides[1], context)[tokens]
     got = decode.run(backend, device).cpu()
     check_bitwise(_rows(decode, got, order), want, clause="INV-PREFILL-DECODE", context=context, sides=sides)
 
