@@ -31,20 +31,14 @@ def spread(gen: torch.Generator, *shape, dtype=torch.float32) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class RowBatches:
-    """A large batch of ``large`` rows and a small one holding rows ``picked`` of it (in that order, at
-    the positions ``small_positions``) among ``fillers`` other rows (INV-ROW)."""
+    """A large batch of ``large`` rows and a small one of ``small`` rows holding rows ``picked`` of the
+    large one (in that order) at the positions ``small_positions``, other rows elsewhere (INV-ROW)."""
 
     large: int
     picked: tuple[int, ...]
     small_positions: tuple[int, ...]
     small: int
     seed: int
-
-    def small_from(self, large: torch.Tensor, gen: torch.Generator, make) -> torch.Tensor:
-        """The small batch: the picked rows of ``large`` at their positions, ``make(n)`` elsewhere."""
-        out = make(self.small).to(large.dtype)
-        out[list(self.small_positions)] = large[list(self.picked)]
-        return out
 
 
 @st.composite
