@@ -76,9 +76,13 @@ def not_promised(backend, promise: str, op: str) -> str | None:
     if promises(backend, promise, op):
         return None
     what, clauses = PROMISES[promise]
+    declared = getattr(backend, promise, None) not in (None, False)
+    why = f"it declares no {promise}" if not declared else f"its {promise} does not cover {op}"
+    if promise == "kv_split_size" and declared and op == "paged_attention":
+        why = "a fixed split needs batch_invariant for paged_attention too"
     return (
         f"not implemented: backend {backend.name!r} does not promise {what} for {op} "
-        f"({clauses}; spec/invariance.md, Promises: it declares no {promise})"
+        f"({clauses}; spec/invariance.md, Promises: {why})"
     )
 
 

@@ -88,6 +88,10 @@ def test_the_promises_gate_as_the_spec_says():
     assert promises.promises(per_op, "deterministic", "rms_norm")
     assert not promises.promises(per_op, "batch_invariant", "fused_moe")
     assert not promises.promises(_backend(kv_split_size=8), "kv_split_size", "paged_attention")
+    assert "needs batch_invariant" in promises.not_promised(
+        _backend(kv_split_size=8), "kv_split_size", "paged_attention"
+    )
+    assert "does not cover fused_moe" in promises.not_promised(per_op, "batch_invariant", "fused_moe")
     assert promises.promises(
         _backend(kv_split_size=8, batch_invariant=True), "kv_split_size", "paged_attention"
     )
