@@ -21,7 +21,7 @@ from conformance.harness import profiles
 from conformance.invariance_checks import Side, check_bitwise, check_informative, check_repeat
 from conformance.strategies.invariance import Item, attention_shapes, build_call, make_seq, page_sizes
 
-EXAMPLES = profiles.share_of_examples(1 / 4)
+EXAMPLES = profiles.share_of_examples(1 / 5)
 OP = "paged_attention"
 
 

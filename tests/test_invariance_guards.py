@@ -8,6 +8,7 @@ import types
 
 import pytest
 import torch
+from suite_runner import outcomes, run_suite
 
 import backends
 from backends.invariant import BACKEND as INVARIANT
@@ -159,3 +160,17 @@ def test_the_invariant_backend_is_close_to_the_oracles():
     assert_close(INVARIANT.paged_attention(q, k_cache, v_cache, **meta),
                  serving.paged_attention(q, k_cache, v_cache, **meta), clause="SERVE", context="invariant",
                  family="attention", dtype=q.dtype)  # fmt: skip
+
+
+def test_a_run_records_the_unpromised_cases_as_not_implemented(tmp_path):
+    """End to end, as a user runs it: every invariance case of native is n/i in the results (never
+    failed, never a plain skip), and npu-emulated passes DET-RUN on paged_attention, n/i elsewhere."""
+    paths = ["conformance/test_invariance.py", "conformance/test_invariance_attention.py"]
+    extra = ["--backend=native", "--backend=npu-emulated", "--device=cpu"]
+    document = run_suite(tmp_path, paths=paths, modules=[], extra=extra)
+    assert document["returncode"] == 0, document["stdout"][-3000:]
+    assert outcomes(document, "native") == {Outcome.NOT_IMPLEMENTED.value: 17}
+    emulated = {(r["nodeid"].split("::")[1].split("[")[0], r["outcome"]) for r in document["results"]
+                if r["backend"] == "npu-emulated"}  # fmt: skip
+    assert ("test_attention_gives_the_same_bits_each_run", Outcome.PASSED.value) in emulated
+    assert {outcome for _, outcome in emulated} == {Outcome.PASSED.value, Outcome.NOT_IMPLEMENTED.value}
