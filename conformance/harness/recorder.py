@@ -154,7 +154,8 @@ def record_call(item, call, report) -> None:
             case["failure"]["error"] = str(raised)
         if not failure_capture.shorten(item.config, report, case["failure"], call.excinfo):
             report.sections.append(("opconform rerun", command))
-    record = statistics.case_record(item.stash.get(STATISTICS, None), error)
+    # A failure keeps its failing comparison's statistics only (none for a metamorphic one).
+    record = statistics.case_record(None if report.failed else item.stash.get(STATISTICS, None), error)
     if record is not None:
         case["statistics"] = record
     entries = matching(item.config, item.nodeid, info, "yes")

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from backends import not_implemented_reason
+from conformance import statistics
 from conformance.checks import assert_close
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason
 from conformance.errors import ConformanceError
@@ -137,9 +138,9 @@ def judge_entry(
             if entry.op in WRITTEN:  # an in-place op: its outputs are what it wrote
                 result = [on_device[n] for n in WRITTEN[entry.op] if n in on_device]
             outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-        compare(
-            row, inputs, entry.options, outputs, context=context, device=None if backend is None else device
-        )
+        on = None if backend is None else device
+        with statistics.collecting() as collector:  # TOL-STATISTICS, beside the verdict
+            compare(row, inputs, entry.options, outputs, context=context, device=on)
     except ConformanceError as exc:
         failure = Failure(
             clause=exc.clause,
@@ -154,6 +155,7 @@ def judge_entry(
         return _case(
             entry, column, outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
             failure=failure, message=str(exc), start=start, duration=time.time() - start,
+            statistics=statistics.case_record(None, exc),
         )  # fmt: skip
     except Exception as exc:  # the backend's own error on a recorded input, or a bad recorded argument
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
@@ -167,7 +169,7 @@ def judge_entry(
         return _case(entry, column, outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
                      failure=failure, message=failure.message, start=start)  # fmt: skip
     return _case(entry, column, outcome=Outcome.PASSED, clauses=[row.clause], dtype=dtype, start=start,
-                 duration=time.time() - start)  # fmt: skip
+                 duration=time.time() - start, statistics=statistics.case_record(collector))  # fmt: skip
 
 
 def selected(entries: list, cases, folder) -> list:
