@@ -55,82 +55,83 @@ def _float(value) -> float | None:
 
 def compute(actual, expected, dtype=None) -> dict | None:
     """The statistics of ``actual`` (a backend's floating-point output) against ``expected`` (its
-    float64 oracle, same shape), as msprobe's api_accuracy_checker computes them on a bench and a
-    device output; None for an empty or non-floating output (msprobe compares those bit by bit).
-    ``dtype``: the output's dtype when ``actual`` holds its values exactly in a wider one."""
+    float64 oracle, same shape), as msprobe's api_accuracy_checker computes them on a device and a
+    bench output, in numpy as it does; None for an empty or non-floating output (msprobe compares
+    those bit by bit). ``dtype``: the output's dtype when ``actual`` holds its values exactly in a
+    wider one."""
+    import numpy as np
     import torch
 
     dtype = dtype or actual.dtype
     if not dtype.is_floating_point or actual.numel() == 0:
         return None
-    # msprobe reads the device side as numpy does: bfloat16 (and float8) as float32, and then
-    # the bench side as float32 too for a bfloat16 output.
-    storage = dtype if dtype in (torch.float16, torch.float32, torch.float64) else torch.float32
     name = str(dtype).removeprefix("torch.")
-    device = actual.detach().to("cpu", storage).reshape(-1)
-    bench = expected.detach().to("cpu", torch.float64).reshape(-1)
-    if dtype == torch.bfloat16:
-        bench = bench.float()
-    abs_bench = bench.abs()
-    eps = BFLOAT16_EPS if name == "bfloat16" else torch.finfo(bench.dtype).eps
-    abs_bench_with_eps = abs_bench + eps
-    abs_err = (device - bench).abs()  # in numpy's promoted dtype: float32 for bfloat16
-    rel_err_origin = (abs_err / abs_bench_with_eps).abs()
-    # Benchmark metrics (msprobe BenchmarkCompare): small values and inf/NaN are apart.
-    both_finite = torch.isfinite(device) & torch.isfinite(bench.to(device.dtype))
-    inf_nan = ~both_finite
-    small = (abs_bench <= SMALL_VALUE.get(name, DEFAULT_SMALL_VALUE)) & both_finite
-    small_count = int(small.sum())
-    small_errors = int((small & (abs_err > SMALL_VALUE_ATOL.get(name, DEFAULT_SMALL_VALUE_ATOL))).sum())
-    rel_err = torch.where(small | inf_nan, -1.0, abs_err / abs_bench_with_eps)
-    judged = rel_err[rel_err >= 0]
-    masked = torch.where(inf_nan | small, 0.0, abs_err)
-    size, excluded = abs_err.numel(), int((inf_nan | small).sum())
-    mse = float(masked.square().mean()) * (size / (size - excluded + 0.0001) + 0.0001)
-    max_rel = float(rel_err.max())
-    return {
-        "cosine": _cosine(device, bench),
-        "max_abs_error": float(abs_err.max()),  # NaN where either side holds one, as np.max
-        "max_rel_error": max_rel if max_rel >= 0 else 0.0,
-        "mean_rel_error": float(judged.mean()) if judged.numel() else 0.0,
-        "rmse": math.sqrt(mse),
-        "small_value_error_ratio": small_errors / small_count if small_count else 0.0,
-        "max_ulp_error": _max_ulp(device, bench, name),
-        "within_thousandth": int((rel_err_origin < THOUSANDTH).sum()) / size,
-    }
+    # msprobe reads both sides of a bfloat16 output as float32 (numpy has no bfloat16) and computes
+    # there; any other output meets the float64 oracle, so numpy computes in float64, where its
+    # values are exact: read so here, without numpy's slow float16 arithmetic. ``narrow`` is the
+    # dtype numpy holds the output in (float8 as float32), what the oracle's finiteness is read in.
+    wide = torch.float32 if dtype == torch.bfloat16 else torch.float64
+    narrow = {torch.float16: np.float16, torch.float64: np.float64}.get(dtype, np.float32)
+    device = actual.detach().to("cpu", wide).reshape(-1).numpy()
+    bench = expected.detach().to("cpu", wide).reshape(-1).numpy()
+    with np.errstate(all="ignore"):  # log2 of 0, inf - inf, the oracle's overflow in float16
+        abs_bench = np.abs(bench)
+        abs_bench_with_eps = abs_bench + (BFLOAT16_EPS if name == "bfloat16" else np.finfo(bench.dtype).eps)
+        abs_err = np.abs(device - bench)
+        rel_err_origin = np.abs(abs_err / abs_bench_with_eps)
+        # Benchmark metrics (msprobe BenchmarkCompare): small values and inf/NaN apart.
+        inf_nan = ~(np.isfinite(device) & np.isfinite(bench.astype(narrow)))
+        small = (abs_bench <= SMALL_VALUE.get(name, DEFAULT_SMALL_VALUE)) & ~inf_nan
+        small_count = int(small.sum())
+        small_atol = SMALL_VALUE_ATOL.get(name, DEFAULT_SMALL_VALUE_ATOL)
+        small_errors = int((small & (abs_err > small_atol)).sum())
+        apart = small | inf_nan
+        rel_err = np.where(apart, -1, abs_err / abs_bench_with_eps)
+        judged = rel_err[rel_err >= 0]
+        size, excluded = abs_err.size, int(apart.sum())
+        mse = np.mean(np.square(np.where(apart, 0, abs_err))) * (size / (size - excluded + 0.0001) + 0.0001)
+        max_rel = float(np.max(rel_err))
+        return {
+            "cosine": _cosine(device, bench),
+            "max_abs_error": float(np.max(abs_err)),  # NaN where either side holds one
+            "max_rel_error": max_rel if max_rel >= 0 else 0.0,
+            "mean_rel_error": float(np.mean(judged)) if judged.size else 0.0,
+            "rmse": float(np.sqrt(mse)),
+            "small_value_error_ratio": small_errors / small_count if small_count else 0.0,
+            "max_ulp_error": _max_ulp(device, bench, abs_bench, name),
+            "within_thousandth": int(np.sum(rel_err_origin < THOUSANDTH)) / size,
+        }
 
 
 def _cosine(device, bench) -> float | None:
     """msprobe's cosine_sim: both sides scaled by their largest magnitude; None (msprobe leaves it
     blank) for a single element or a side that is all zeros; NaN where the data holds a NaN."""
-    import torch
+    import numpy as np
 
-    if device.numel() == 1:
+    if device.size == 1:
         return None
-    tiny = torch.finfo(torch.float64).eps
-    device_max, bench_max = float(device.abs().max()), float(bench.abs().max())
+    tiny = np.finfo(float).eps
+    device_max, bench_max = np.max(np.abs(device)), np.max(np.abs(bench))
     if device_max <= tiny or bench_max <= tiny:
         return None
-    n = device.to(torch.float64) / device_max
-    b = bench.to(torch.float64) / bench_max
-    cosine = float(n.dot(b) / (n.norm() * b.norm()))
+    n, b = device.astype(float) / device_max, bench.astype(float) / bench_max
+    # np.dot's BLAS call, not its sum, is what costs on small arrays (threads): the same sums, unfused.
+    cosine = float(np.sum(n * b) / (np.sqrt(np.sum(n * n)) * np.sqrt(np.sum(b * b))))
     return cosine if math.isnan(cosine) else min(max(cosine, -1.0), 1.0)
 
 
-def _max_ulp(device, bench, dtype: str) -> float | None:
+def _max_ulp(device, bench, abs_bench, dtype: str) -> float | None:
     """msprobe's get_ulp_err: the error in units of the oracle's last place in ``dtype``, the
     difference rounded to float32 (float64 for float32 outputs); None where msprobe defines none."""
-    import torch
+    import numpy as np
 
     if dtype not in ULP_PARAMETERS:
         return None
     min_eb, mantissa = ULP_PARAMETERS[dtype]
-    abs_bench = bench.abs()
-    eb = torch.where(abs_bench == 0, 0.0, torch.floor(torch.log2(abs_bench))).clamp_min(min_eb)
-    work = torch.float64 if dtype == "float32" else torch.float32
-    diff = (device.to(work).to(bench.dtype) - bench).to(work)
-    ulp = (diff * torch.exp2(-eb + mantissa).to(work)).abs()
-    return float(ulp.max())
+    eb = np.maximum(np.where(abs_bench == 0, 0, np.floor(np.log2(abs_bench))), min_eb)
+    work = np.float64 if dtype == "float32" else np.float32
+    ulp = (device.astype(work) - bench).astype(work) * np.exp2(-eb + mantissa).astype(work)
+    return float(np.max(np.abs(ulp)))
 
 
 def worse(name: str, a: float | None, b: float | None) -> float | None:
