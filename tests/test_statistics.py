@@ -197,6 +197,35 @@ def test_the_report_shows_the_statistics_beside_each_failing_comparisons_verdict
     assert passed and all(r["statistics"]["basis"] == statistics.WORST for r in passed)
 
 
+def test_replay_records_each_calls_statistics(tmp_path):
+    """A captured call's case holds its outputs' statistics against the oracle: a passing call the
+    worst over its one comparison, a wrong call (erf GELU recorded as new_gelu) its failing one."""
+    import torch.nn.functional as F
+
+    from opconform.capture import Capture
+    from opconform.capture.judge import replay
+    from reference.norms import rms_norm
+
+    x, weight = torch.randn(4, 16, generator=torch.Generator().manual_seed(3)) * 3, torch.ones(16)
+    with Capture(tmp_path / "cap", source="port") as cap:
+        norm = cap.wrap(lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, "rms_norm",
+                        lambda x, w: {"x": x, "weight": w, "eps": 1e-6}, name="norm")  # fmt: skip
+        gelu = cap.wrap(lambda x: F.gelu(x), "new_gelu", lambda x: {"x": x}, name="act")
+        normed = norm(x, weight)
+        gelu(x)
+    document, problems = replay(tmp_path / "cap")
+    assert not problems
+    cases = {case.op: case for case in document.results}
+    assert cases["rms_norm"].outcome == results.Outcome.PASSED
+    record = cases["rms_norm"].statistics
+    assert record["basis"] == statistics.WORST
+    want = statistics.compute(normed, rms_norm(x, weight, eps=1e-6))
+    assert record["dtypes"] == {"float32": {"comparisons": 1, "elements": 64, **want}}
+    failed = cases["new_gelu"]
+    assert failed.outcome == results.Outcome.FAILED and failed.statistics["basis"] == statistics.FAILING
+    assert failed.statistics["dtypes"]["float32"]["max_abs_error"] == failed.failure.largest_abs_error
+
+
 def _env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
