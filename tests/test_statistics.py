@@ -291,6 +291,9 @@ def test_ratios_are_msprobes_and_only_on_the_same_inputs():
     assert "shrunk example" in ratios.error_ratios(gpu, failing)[0]["why"]
     only_backend = {"nodeid": "t.py::test_y[acme-npu]", "backend": "acme", "device": "npu"}
     assert ratios.pair_key(only_backend) == "t.py::test_y"
+    # Two columns on one side (a merged report): a stripped key is no longer one case; by node id.
+    both = {**gpu, "results": gpu["results"] + _document("other", "cuda", base)["results"]}
+    assert ratios.keyed(both["results"], npu["results"])[2] is False
     text = "\n".join(ratios.lines(ratios.error_ratios(gpu, npu)))
     assert "t.py::test_x[tanh] (acme@cuda -> acme@npu): float16 small-value err 0, RMSE 1.5" in text
     assert json.loads(json.dumps(pair, default=str))  # a JSON-able record
