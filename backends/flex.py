@@ -158,6 +158,15 @@ def _packed_kv(cache: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return keys.permute(1, 0, 2).unsqueeze(0).contiguous()
 
 
+def _nonfinite_sequences(k: torch.Tensor, v: torch.Tensor, k_seq: torch.Tensor) -> list[int]:
+    """The sequences whose gathered keys or values (packed [1, Hkv, K + 1, D]) hold NaN or inf. One
+    masked call over the packed batch multiplies every masked value by its probability 0, and
+    0 * NaN = NaN: such a value would reach the other sequences' rows (spec/padding.md,
+    PAD-SERVE-NAN), so the caller zeroes them for the packed call and runs these sequences alone."""
+    bad = ~(torch.isfinite(k[0]).all(-1).all(0) & torch.isfinite(v[0]).all(-1).all(0))  # [K + 1]
+    return sorted(int(b) for b in k_seq[bad].unique().tolist() if b >= 0)
+
+
 def _pad(t: torch.Tensor, dim: int, length: int, value=0) -> torch.Tensor:
     """``t`` extended along ``dim`` to ``length`` with ``value`` (``t`` itself when long enough)."""
     if t.shape[dim] >= length:
@@ -328,8 +337,12 @@ class FlexBackend:
         cap = torch.tensor(1.0 if meta.softcap is None else meta.softcap, dtype=score_dtype, device=device)
         sink = torch.zeros(q_heads, dtype=score_dtype, device=device) if sinks is None else sinks
         sink = sink.detach().to(device, score_dtype)
+        given = q
         q = q.transpose(0, 1).unsqueeze(0).contiguous()  # [1, Hq, T, Dqk]; a view's strides would retrace
         k, v = _packed_kv(k_cache, layout["rows"]), _packed_kv(v_cache, layout["rows"])
+        isolated = _nonfinite_sequences(k, v, layout["k_seq"]) if meta.batch > 1 else []
+        if isolated:  # the packed call multiplies another sequence's masked NaN by 0: keep it out
+            k, v = (t.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0) for t in (k, v))
         q, k, v, sink = _serving_shapes(q, k, v, sink, layout, compiled=self.compiled)
         flags = (sinks is not None, meta.softcap is not None)
         sinks_on, cap_on = (torch.tensor(flag, device=device) for flag in flags)
@@ -348,7 +361,18 @@ class FlexBackend:
         run = _compiled_flex_attention() if self.compiled else flex.flex_attention
         with _static_heads() if self.compiled else contextlib.nullcontext():
             out = run(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=meta.scale, enable_gqa=True)
-        return out[0, :q_heads, :tokens].transpose(0, 1)
+        out = out[0, :q_heads, :tokens].transpose(0, 1)
+        if isolated:
+            out = out.clone()
+        for b in isolated:  # PAD-SERVE-NAN: a sequence whose keys or values hold NaN or inf, alone
+            rows = slice(int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1]))
+            alone = torch.tensor([0, rows.stop - rows.start], dtype=cu_seqlens_q.dtype, device=device)
+            out[rows] = self.paged_attention(
+                given[rows], k_cache, v_cache, block_table=block_table[b : b + 1], cu_seqlens_q=alone,
+                seq_lens=seq_lens[b : b + 1], sliding_window=sliding_window, softcap=softcap, sinks=sinks,
+                scale=scale,
+            )  # fmt: skip
+        return out
 
     layer_windows = NotImplementedOp("config parsing is the serving framework's, not the kernel's")
 

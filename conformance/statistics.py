@@ -185,11 +185,16 @@ def note(dtype, stats: dict | None, elements: int) -> None:
 def case_record(collector: Collector | None, error=None) -> dict | None:
     """What a case's record keeps (results version 5, ``statistics``): the failing comparison's
     statistics when ``error`` (a ConformanceError) carries them, else the worst of each over the
-    case's comparisons; None when no comparison against the oracle was made."""
+    case's comparisons; None when no comparison against the oracle was made. A failure's record
+    counts the comparisons and elements of ``collector`` (its case's, the failing one included)
+    only when given: a replayed call's inputs are the call's, while a property's failing example
+    is its own, which no other run draws (opconform.ratios then gives no ratio)."""
     failing = getattr(error, "statistics", None)
     if failing is not None:
         dtype, stats = failing
-        return {"basis": FAILING, "dtypes": {dtype: stats}}
+        counted = (collector.by_dtype.get(dtype) or {}) if collector is not None else {}
+        counts = {k: counted[k] for k in ("comparisons", "elements") if k in counted}
+        return {"basis": FAILING, "dtypes": {dtype: {**counts, **stats}}}
     if collector is None or not collector.by_dtype:
         return None
     return {"basis": WORST, "dtypes": collector.by_dtype}

@@ -154,3 +154,24 @@ def test_errors_are_the_oracles():
         serving.paged_attention(q, k_cache, v_cache, **kwargs)
     with pytest.raises(ValueError, match="seq_lens"):
         BACKEND.paged_attention(q, k_cache, v_cache, **kwargs)
+
+
+def test_a_padded_request_reading_nan_leaves_the_real_rows():
+    """PAD-SERVE-NAN regression: a padded request (one query, length 1) reads a null block of NaN
+    after two real sequences; the packed call used to multiply that NaN by the real rows' masked
+    probability 0, so every real row came back NaN. The real rows are the oracle's, finite."""
+    case = CASES["ragged-extend-permuted"]
+    (q, k_cache, v_cache), kwargs = make_args(case)
+    null = torch.full((1, *k_cache.shape[1:]), math.nan), torch.full((1, *v_cache.shape[1:]), math.nan)
+    padded_caches = (torch.cat([null[0], k_cache]), torch.cat([null[1], v_cache]))
+    table = kwargs["block_table"]
+    table = torch.cat([torch.where(table >= 0, table + 1, table), torch.zeros_like(table[:1])])  # 0: null
+    padded = dict(kwargs, block_table=table,
+                  cu_seqlens_q=torch.cat([kwargs["cu_seqlens_q"], kwargs["cu_seqlens_q"][-1:] + 1]),
+                  seq_lens=torch.cat([kwargs["seq_lens"], torch.ones(1, dtype=torch.int32)]))  # fmt: skip
+    out = BACKEND.paged_attention(torch.cat([q, q[:1]]), *padded_caches, **padded)
+    want = serving.paged_attention(q, k_cache, v_cache, **kwargs)
+    real = q.shape[0]
+    assert out[:real].isfinite().all() and out[real:].isnan().all(), "only the padded row reads the NaN"
+    assert_close(out[:real], want, clause="PAD-SERVE-NAN", family="attention", context="flex, padded request",
+                 atol_scale=value_scale(case, v_cache, kwargs), dtype=q.dtype)  # fmt: skip

@@ -224,6 +224,11 @@ def test_replay_records_each_calls_statistics(tmp_path):
     failed = cases["new_gelu"]
     assert failed.outcome == results.Outcome.FAILED and failed.statistics["basis"] == statistics.FAILING
     assert failed.statistics["dtypes"]["float32"]["max_abs_error"] == failed.failure.largest_abs_error
+    # The call's own inputs, counted: a replay of the same call elsewhere pairs with it for ratios.
+    assert (
+        failed.statistics["dtypes"]["float32"]["comparisons"],
+        failed.statistics["dtypes"]["float32"]["elements"],
+    ) == (1, 64)
 
 
 def _env() -> dict:
@@ -287,8 +292,10 @@ def test_ratios_are_msprobes_and_only_on_the_same_inputs():
     assert got["mean_rel_error"] == calc_ratio(1e-4, 1e-4, "torch.float16")
     other = _document("acme", "npu", {**base, "comparisons": 2})
     assert "not the same inputs" in ratios.error_ratios(gpu, other)[0]["why"]
-    failing = _document("acme", "npu", base, basis=statistics.FAILING)
-    assert "shrunk example" in ratios.error_ratios(gpu, failing)[0]["why"]
+    # A failed property's record counts no comparisons: its failing example is its own.
+    uncounted = {k: v for k, v in base.items() if k not in ("comparisons", "elements")}
+    failing = _document("acme", "npu", uncounted, basis=statistics.FAILING)
+    assert "its own failing example" in ratios.error_ratios(gpu, failing)[0]["why"]
     only_backend = {"nodeid": "t.py::test_y[acme-npu]", "backend": "acme", "device": "npu"}
     assert ratios.pair_key(only_backend) == "t.py::test_y"
     # Two columns on one side (a merged report): a stripped key is no longer one case; by node id.

@@ -109,6 +109,7 @@ def judge_case(folder: Path, outputs_dir: Path, source: str) -> Case:
         nodeid=f"{nodeid}::{case['op']}", backend=source, device="-", op=case["op"], clauses=[clause]
     )
     context = f"case {folder.name} ({case.get('origin')}): {case['op']}"
+    collector = None
     try:
         with statistics.collecting() as collector:  # TOL-STATISTICS, beside the verdict
             compare(row, inputs, case.get("options") or {}, outputs, context=context)
@@ -118,7 +119,7 @@ def judge_case(folder: Path, outputs_dir: Path, source: str) -> Case:
             largest_rel_error=exc.max_rel_error, message=str(exc), largest_violation=exc.violation,
         )  # fmt: skip
         return Case(outcome=Outcome.FAILED, dtype=dtype, failure=failure, message=str(exc),
-                    statistics=statistics.case_record(None, exc), **fields)  # fmt: skip
+                    statistics=statistics.case_record(collector, exc), **fields)  # fmt: skip
     except (TypeError, ValueError) as exc:  # a recorded option the oracle refuses
         return Case(outcome=Outcome.SKIPPED, reason=f"{folder / 'case.json'}: {exc}", **fields)
     return Case(outcome=Outcome.PASSED, dtype=dtype, statistics=statistics.case_record(collector), **fields)

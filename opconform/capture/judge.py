@@ -127,20 +127,40 @@ def judge_entry(
         return _case(
             entry, column, outcome=Outcome.SKIPPED, reason=str(exc), clauses=[row.clause], start=start
         )
+    context = f"layer {entry.layer} call {entry.call}: {entry.op} on {column[0]}@{column[1]}"
+
+    def rerun_backend():
+        on_device = {name: t.to(device, copy=True) for name, t in inputs.items()}  # it may write them
+        args, keywords = row.arguments(on_device, entry.options)
+        result = getattr(backend, entry.op)(*args, **entry.options, **keywords)
+        if entry.op in WRITTEN:  # an in-place op: its outputs are what it wrote
+            result = [on_device[n] for n in WRITTEN[entry.op] if n in on_device]
+        return list(result) if isinstance(result, (tuple, list)) else [result]
+
+    example = {"arguments": {"layer": entry.layer, "call": str(entry.call), "file": entry.file}}
+    return judged(
+        row, inputs, entry.options, outputs, context=context, command=command, example=example,
+        start=start, make_case=lambda **fields: _case(entry, column, **fields),
+        rerun=None if backend is None else rerun_backend, device=None if backend is None else device,
+    )  # fmt: skip
+
+
+def judged(
+    row: ReplayOp, inputs: dict, options: dict, outputs: list, *, context: str, command: str, example: dict,
+    start: float, make_case, rerun=None, device=None,
+) -> Case:  # fmt: skip
+    """The case of one call judged under ``row``'s clause: PASSED, or FAILED with the violation
+    (``rerun``: returns the outputs of a backend rerun in place of the recorded ``outputs``; its
+    exception is a failure under the row's clause). ``make_case(**fields)`` builds the Case (its
+    node id, column and op); ``command`` is the failure's rerun line, ``example`` its arguments."""
     dtype = row.tolerance_dtype(inputs)
     dtype = None if dtype is None else str(dtype).removeprefix("torch.")
-    context = f"layer {entry.layer} call {entry.call}: {entry.op} on {column[0]}@{column[1]}"
+    collector = None
     try:
-        if backend is not None:
-            on_device = {name: t.to(device, copy=True) for name, t in inputs.items()}  # it may write them
-            args, keywords = row.arguments(on_device, entry.options)
-            result = getattr(backend, entry.op)(*args, **entry.options, **keywords)
-            if entry.op in WRITTEN:  # an in-place op: its outputs are what it wrote
-                result = [on_device[n] for n in WRITTEN[entry.op] if n in on_device]
-            outputs = list(result) if isinstance(result, (tuple, list)) else [result]
-        on = None if backend is None else device
+        if rerun is not None:
+            outputs = rerun()
         with statistics.collecting() as collector:  # TOL-STATISTICS, beside the verdict
-            compare(row, inputs, entry.options, outputs, context=context, device=on)
+            compare(row, inputs, options, outputs, context=context, device=device)
     except ConformanceError as exc:
         failure = Failure(
             clause=exc.clause,
@@ -149,13 +169,13 @@ def judge_entry(
             largest_rel_error=exc.max_rel_error,
             message=str(exc),
             largest_violation=exc.violation,
-            example={"arguments": {"layer": entry.layer, "call": str(entry.call), "file": entry.file}},
+            example=example,
             rerun=command,
         )
-        return _case(
-            entry, column, outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
+        return make_case(
+            outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
             failure=failure, message=str(exc), start=start, duration=time.time() - start,
-            statistics=statistics.case_record(None, exc),
+            statistics=statistics.case_record(collector, exc),
         )  # fmt: skip
     except Exception as exc:  # the backend's own error on a recorded input, or a bad recorded argument
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
@@ -166,10 +186,10 @@ def judge_entry(
             message=f"[{row.clause}] {context}: {error}",
             rerun=command,
         )
-        return _case(entry, column, outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
-                     failure=failure, message=failure.message, start=start)  # fmt: skip
-    return _case(entry, column, outcome=Outcome.PASSED, clauses=[row.clause], dtype=dtype, start=start,
-                 duration=time.time() - start, statistics=statistics.case_record(collector))  # fmt: skip
+        return make_case(outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
+                         failure=failure, message=failure.message, start=start)  # fmt: skip
+    return make_case(outcome=Outcome.PASSED, clauses=[row.clause], dtype=dtype, start=start,
+                     duration=time.time() - start, statistics=statistics.case_record(collector))  # fmt: skip
 
 
 def selected(entries: list, cases, folder) -> list:
@@ -186,6 +206,29 @@ def selected(entries: list, cases, folder) -> list:
     return [e for e in entries if isinstance(e, Entry) and case_id(e) in set(cases)]
 
 
+def results_document(cases: list[Case], *, started: float, meta: dict) -> Document:
+    """The results document of judged ``cases`` (``opconform run``'s schema: merge, diff and the
+    report read it), the clauses they name from spec/ and ``meta`` after the host's facts."""
+    from conformance import spec_index
+
+    judged = {c for case in cases for c in case.clauses}
+    clauses = {k: v for k, v in spec_index.load_clauses().items() if k in judged}
+    return Document(
+        results=assign_levels(cases, clauses),
+        clauses={c.id: c.record() for c in clauses.values()},
+        backends=sorted({c.backend for c in cases if c.backend}),
+        devices=sorted({c.device for c in cases if c.device}),
+        exitstatus=1 if any(c.outcome == Outcome.FAILED for c in cases) else 0,  # MUST failures
+        duration=time.time() - started,
+        meta={
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(),
+            "torch": torch.__version__,
+            **meta,
+        },
+    )
+
+
 def replay(
     folder: str | Path, *, backend=None, device: str = "cpu", cases=None, rerun: list[str] | None = None
 ) -> tuple[Document, list[str]]:
@@ -194,8 +237,6 @@ def replay(
     words before ``--case ID`` in a failure's rerun line (default ``opconform replay FOLDER``, with
     ``--backend NAME --device DEVICE`` when rerun on a backend). Raises CaptureError when the
     folder itself is refused, ReplayRefused (DeviceAbsent) when the rerun cannot start."""
-    from conformance import spec_index
-
     started = time.time()
     index, entries = read_index(folder)
     entries = selected(entries, cases, folder)
@@ -220,22 +261,6 @@ def replay(
         if case.outcome == Outcome.SKIPPED and "not replayable" not in (case.reason or ""):
             problems.append(case.reason)
         cases.append(case)
-    judged = {c for case in cases for c in case.clauses}
-    clauses = {k: v for k, v in spec_index.load_clauses().items() if k in judged}
-    columns = sorted({c.backend for c in cases if c.backend})
-    document = Document(
-        results=assign_levels(cases, clauses),
-        clauses={c.id: c.record() for c in clauses.values()},
-        backends=columns,
-        devices=sorted({c.device for c in cases if c.device}),
-        exitstatus=1 if any(c.outcome == Outcome.FAILED for c in cases) else 0,  # MUST failures
-        duration=time.time() - started,
-        meta={
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "host": platform.node(),
-            "torch": torch.__version__,
-            "capture": str(folder),
-            "capture_suite_version": index.get("suite_version"),
-        },
-    )
+    meta = {"capture": str(folder), "capture_suite_version": index.get("suite_version")}
+    document = results_document(cases, started=started, meta=meta)
     return document, problems

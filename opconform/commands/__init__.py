@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "time every op on every backend and device against the oracle and its peers",
     ),
     # capture / replay / export (docs/capture.md)
-    "replay": ("opconform.commands.replay", "judge the calls of a capture folder against the oracles"),
+    "replay": ("opconform.commands.replay", "judge a capture's (or an msprobe dump's) calls by the oracles"),
     "export": ("opconform.commands.export", "write golden cases (safetensors or Ascend-style .bin) of an op"),
     "judge": ("opconform.commands.judge", "judge the outputs a foreign harness wrote for exported cases"),
 }
