@@ -4,8 +4,8 @@ TOL-STATISTICS): reported, never judged.
 ``compute`` gives one comparison's statistics (an output against its float64 oracle); while a case
 runs, ``collecting`` gathers those of every direct comparison ``assert_close`` makes, and
 ``case_record`` is what the case's results record keeps: per output dtype, the failing comparison's
-statistics, or the worst of each over the case's comparisons. Torch is imported where a statistic
-is computed, so the results readers (merge, diff) stay torch-free.
+statistics, or the worst of each over the case's comparisons. Torch and numpy are imported where a
+statistic is computed, so the results readers (merge, diff, render) stay torch-free.
 """
 
 from __future__ import annotations
@@ -47,10 +47,6 @@ BFLOAT16_EPS = 2**-8
 THOUSANDTH = 0.001
 MINIMUM_ERROR = {"float16": 2**-11, "bfloat16": 2**-8, "float32": 2**-14}
 DEFAULT_MINIMUM_ERROR = 2**-14
-
-
-def _float(value) -> float | None:
-    return None if value is None else float(value)
 
 
 def compute(actual, expected, dtype=None) -> dict | None:
@@ -205,8 +201,8 @@ def _shown(value: float | None) -> str:
 
 
 def line(record: dict | None) -> str | None:
-    """``statistics (msprobe; reported, not judged), float16, failing comparison: cosine 0.9998,
-    max abs 0.0123, ...``: one line per record, or None."""
+    """``statistics (msprobe's, reported, not judged; failing comparison): float16: cosine 0.9998,
+    max abs 0.0123, ...``: a record as one line (its dtypes after each other), or None."""
     if not record or not record.get("dtypes"):
         return None
     parts = []
