@@ -70,6 +70,7 @@ BUILTIN: dict[str, str] = {
     "diffusers-wrapped": "backends.diffusers_scheduler:WRAPPED",
     "flex": "backends.flex:BACKEND",
     "transformers": "backends.transformers_peer:BACKEND",
+    "invariant": "backends.invariant:BACKEND",
 }
 # Built-in backends that run the field's own reference code, to show the suite fails none of it; they
 # draw a share of the examples (conformance.harness.profiles.PEER_SHARE) except under the thorough profile.

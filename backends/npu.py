@@ -71,6 +71,10 @@ def fia_heads(q, k) -> dict:
 class AscendBackend:
     """The adapter from the suite's ops to the Ascend fused ops."""
 
+    # DET-RUN (spec/invariance.md): FIA V4, behind paged_attention's FIA v2 path, is deterministic by
+    # default (documented); the ATB decode path is inferred to be (spec/ascend.md, CANN-DETERMINISM).
+    deterministic = ("paged_attention",)
+
     def __init__(
         self,
         name: str,

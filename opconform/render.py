@@ -25,7 +25,8 @@ LEGEND = (
     "field does not promise: counted apart, failing the run only with --strict); TIMEOUT: ran past the "
     "per-case time limit; CRASH: the process running it died; xfail: fails as a manifest declares; "
     "XPASS: passes although a manifest declares a failure (remove the entry); skip: skipped "
-    "(reason in the report); n/i: the backend does not implement the op; -: not run; n/m: n of the m "
+    "(reason in the report); n/i: the backend does not implement the op (or does not promise what an "
+    "invariance clause needs); -: not run; n/m: n of the m "
     "cases that ran to a verdict, the n/i and skipped ones in parentheses"
 )
 RULE_LEGEND = (

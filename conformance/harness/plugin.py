@@ -23,7 +23,7 @@ from hypothesis import settings
 import conformance.harness.exit_gc as exit_gc
 import conformance.signatures as signatures
 from conformance import expectations as manifests
-from conformance import options, rerun, returns, spec_index
+from conformance import options, promises, rerun, returns, spec_index
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device
 from conformance.harness import (
     activation,
@@ -151,6 +151,7 @@ def pytest_cmdline_main(config):
 def pytest_configure(config):
     config.addinivalue_line("markers", "clause(*ids): the spec clauses a test checks")
     config.addinivalue_line("markers", "op(name): the backend op a test needs")
+    config.addinivalue_line("markers", "promise(name): the promise a test needs (conformance.promises)")
     # Inert until the suite's items run: an xdist controller, which collects nothing, streams too.
     config.pluginmanager.register(fast_verdict.FastVerdict(config), "opconform-fast-verdict")
     config.pluginmanager.register(levels.Levels(), "opconform-levels")  # inert without SHOULD failures
@@ -231,7 +232,7 @@ def pytest_runtest_call(item):
     peer = selection.is_peer(backend)
     adjusted = profiles.adjusted(getattr(item, "obj", None), unshrunk=declared, peer=peer,
                                  profile=run and run.profile)  # fmt: skip
-    with adjusted, returns.checked(item, backend):
+    with adjusted, returns.checked(item, backend), recorder.statistics_of(item):
         return (yield)
 
 
@@ -273,7 +274,8 @@ def pytest_generate_tests(metafunc):
     config = metafunc.config
     activate(config)
     run = state(config)
-    pairs = [(b, as_device(d)) for b in _focused(metafunc, run.backends) for d in run.devices]
+    chosen = selection.scoped(_focused(metafunc, run.backends), metafunc.definition.iter_markers("clause"))
+    pairs = [(b, as_device(d)) for b in chosen for d in run.devices]
     argnames = ["backend", "device"] if "device" in metafunc.fixturenames else ["backend"]
     values = [pair if len(argnames) == 2 else pair[:1] for pair in pairs]
     ids = [f"{b.name}-{d.type}" if len(argnames) == 2 else b.name for b, d in pairs]
@@ -387,3 +389,8 @@ def pytest_runtest_setup(item):
         reason = _registry().not_implemented_reason(backend, op_mark.args[0])
         if reason:
             pytest.skip(reason)
+    reason = selection.out_of_scope(backend, item.iter_markers("clause")) or promises.skip_reason(
+        item, backend
+    )
+    if reason:
+        pytest.skip(reason)

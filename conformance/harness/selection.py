@@ -121,3 +121,21 @@ def check_unavailable(backends: list, devices: list[str]) -> None:
                     f"backend {backend.name!r}: unavailable({name!r}) raised {type(exc).__name__}: {exc} "
                     "(it must return None when usable there, else the reason it is not)"
                 ) from exc
+
+
+def out_of_scope(backend, marks) -> str | None:
+    """The n/i reason when ``backend`` declares ``clause_scope`` (the clause IDs it is built to be
+    judged on, as the ``invariant`` reference backend: spec/invariance.md) and the clause ``marks``
+    name none of them; None when it declares none or one of them is named."""
+    scope = getattr(backend, "clause_scope", None)
+    if scope is None or {c for mark in marks for c in mark.args} & set(scope):
+        return None
+    judged = ", ".join(sorted(scope))
+    return f"not implemented: backend {backend.name!r} is judged only on {judged} (clause_scope)"
+
+
+def scoped(backends: list, marks) -> list:
+    """At generation: no cases of a property outside a backend's ``clause_scope`` (unless that leaves
+    none: their cases then skip at setup, ``out_of_scope``)."""
+    marks = list(marks)
+    return [b for b in backends if out_of_scope(b, marks) is None] or backends

@@ -110,6 +110,8 @@ def skip_reason(case: bench_cases.Case, impl: Impl, device: torch.device) -> tup
     reason = registry.not_implemented_reason(impl.obj, case.op)
     if reason:
         return "not-implemented", reason
+    if getattr(impl.obj, "clause_scope", None) is not None:  # a reference for some clauses (`invariant`)
+        return "skipped", f"backend {impl.name!r} is a reference for its clause_scope, not a kernel to time"
     try:
         reason = impl.obj.unavailable(device)
     except Exception as exc:  # a backend's availability probe must not stop the bench
