@@ -75,5 +75,10 @@ def check_scales(scale, want, *, clause: str, context: str) -> None:
     """QUANT-TOL: float32 scales within the quant-scale row of the oracle's."""
     __tracebackhide__ = True
     assert_close(
-        scale, want, clause=clause, context=f"{context}: scale", tol=tolerance("quant-scale", torch.float32)
+        scale,
+        want,
+        clause=clause,
+        context=f"{context}: scale",
+        dtype=torch.float32,
+        tol=tolerance("quant-scale", torch.float32),
     )
