@@ -256,6 +256,7 @@ class NativeBackend:
     fp8_block_scaled_mm = staticmethod(native_quant.fp8_block_scaled_mm)
     fp8_fn_to_fnuz = staticmethod(native_quant.fp8_fn_to_fnuz)
     w4a16_mm = staticmethod(native_quant.w4a16_mm)
+    w8a8_fused_moe = staticmethod(native_quant.w8a8_fused_moe)
 
     # --- rotary embeddings (spec/rope.md): backends/rope.py ----------------------------------
 

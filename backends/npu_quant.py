@@ -46,5 +46,6 @@ def install(cls) -> None:
     """The quant ops as methods of the adapter class ``cls``; the fp8 ones not implemented, with why."""
     for op in (dynamic_int8_quant, int8_scaled_mm):
         setattr(cls, op.__name__, op)
-    for op in ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz", "w4a16_mm"):
+    for op in ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz", "w4a16_mm",
+               "w8a8_fused_moe"):  # fmt: skip
         setattr(cls, op, NotImplementedOp(_NO_FP8))

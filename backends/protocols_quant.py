@@ -65,3 +65,18 @@ class QuantOps(Protocol):
     ) -> torch.Tensor:
         """x [M, K] @ the int4 weight [K, N] of an AWQ or GPTQ checkpoint (int32 words), in x's dtype."""
         ...
+
+    def w8a8_fused_moe(
+        self,
+        x: torch.Tensor,
+        w13: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        *,
+        w13_scale: torch.Tensor,
+        w2_scale: torch.Tensor,
+    ) -> torch.Tensor:
+        """MOE-FUSED's SwiGLU experts with int8 w13 [E, 2I, H] / w2 [E, H, I] and float32 per-expert
+        per-channel scales; x [T, H] quantized per token, the activation again per row; x's dtype."""
+        ...

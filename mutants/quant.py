@@ -28,10 +28,11 @@ from mutants._quant_fp8 import (  # noqa: E402 - the fp8 half of the catalogue
     Ue8m0AfterQuantizing,
 )
 from mutants._quant_int4 import INT4_MUTANTS  # noqa: E402 - the int4 part
+from mutants._quant_moe import MOE_MUTANTS  # noqa: E402 - the w8a8 experts
 from reference import quant as rq
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
-PROPERTIES = ["conformance.test_quant"]
+PROPERTIES = ["conformance.test_quant", "conformance.test_quant_moe"]
 
 
 def _int8_from(x32: torch.Tensor, scale: torch.Tensor, rounding=torch.round) -> torch.Tensor:
@@ -271,4 +272,5 @@ BACKENDS = [
     FnuzValueCast(),
     FnuzNegativeZeroKept(),
     *INT4_MUTANTS,
+    *MOE_MUTANTS,
 ]

@@ -85,6 +85,23 @@ def _w4(
     return build
 
 
+def _moe(*, x=(3, 8), x_dtype=torch.bfloat16, w13=(4, 6, 8), w13_dtype=torch.int8, c13=(4, 6),
+         c_dtype=torch.float32, ids=None):  # fmt: skip
+    def build(d):
+        topk_ids = torch.tensor([[0, 1], [2, 3], [1, 0]], device=d) if ids is None else ids.to(d)
+        args = (
+            torch.ones(x, dtype=x_dtype, device=d),
+            torch.ones(w13, dtype=w13_dtype, device=d),
+            torch.ones(4, 8, 3, dtype=torch.int8, device=d),
+            torch.full((3, 2), 0.5, device=d),
+            topk_ids,
+        )
+        c2 = torch.ones(4, 8, device=d)
+        return args, {"w13_scale": torch.ones(c13, dtype=c_dtype, device=d), "w2_scale": c2}
+
+    return build
+
+
 ERRORS = [
     _case("dynamic_int8_quant", "integer-x", TypeError, "x", _int8_quant(dtype=torch.int32)),
     _case("dynamic_int8_quant", "one-dim-x", ValueError, "x", _int8_quant(shape=(8,))),
@@ -115,4 +132,10 @@ ERRORS = [
     _case("w4a16_mm", "qweight-gptq-shape", ValueError, "qweight", _w4(packing="gptq")),
     _case("w4a16_mm", "qzeros-shape", ValueError, "qzeros", _w4(qzeros=(2, 2))),
     _case("w4a16_mm", "group-not-dividing", ValueError, "group_size", _w4(group_size=48)),
+    _case("w8a8_fused_moe", "x-float32", ValueError, "x", _moe(x_dtype=torch.float32)),
+    _case("w8a8_fused_moe", "w13-bf16", ValueError, "w13", _moe(w13_dtype=torch.bfloat16)),
+    _case("w8a8_fused_moe", "w13-hidden", ValueError, "w13", _moe(w13=(4, 6, 7))),
+    _case("w8a8_fused_moe", "w13-scale-shape", ValueError, "w13_scale", _moe(c13=(4, 3))),
+    _case("w8a8_fused_moe", "w13-scale-bf16", TypeError, "w13_scale", _moe(c_dtype=torch.bfloat16)),
+    _case("w8a8_fused_moe", "ids-out-of-range", ValueError, "topk_ids", _moe(ids=torch.tensor([[0, 4]] * 3))),
 ]
