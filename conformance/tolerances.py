@@ -387,14 +387,9 @@ def angle_scale(positions: torch.Tensor, inv_freq: torch.Tensor, attention_facto
 
 _QUANT = {torch.float16: Tolerance(rtol=1e-3, atol=5e-4), torch.bfloat16: Tolerance(rtol=8e-3, atol=5e-4)}
 _W4A16 = {torch.float16: Tolerance(rtol=1e-3, atol=1e-3), torch.bfloat16: Tolerance(rtol=8e-3, atol=8e-3)}
-TOLERANCES.update({"quant": _QUANT, "quant-weight-only": _W4A16})
+_QUANT_MOE = {torch.float16: Tolerance(rtol=1e-3, atol=1.0), torch.bfloat16: Tolerance(rtol=8e-3, atol=1.0)}
+TOLERANCES.update({"quant": _QUANT, "quant-weight-only": _W4A16, "quant-moe": _QUANT_MOE})
 TOLERANCES["quant-scale"] = {torch.float32: Tolerance(rtol=2.4e-7, atol=0.0)}
-# QUANT-TOL, the w8a8 expert path: atol 1 times reference.quant_moe.w8a8_moe_error_scale (the
-# requantized activation's grid steps and the slots' roundings); rtol the output's cast, 2 u.
-TOLERANCES["quant-moe"] = {
-    torch.float16: Tolerance(rtol=1e-3, atol=1.0),
-    torch.bfloat16: Tolerance(rtol=8e-3, atol=1.0),
-}
 
 
 def gemm_scale(a_deq: torch.Tensor, b_deq: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,9 @@ import numbers
 
 import torch
 
+from reference.quant_int8 import INT8_MAX, dynamic_int8_quant, round_half_even, validate_activation
+from reference.quant_int8 import as_float64 as _x64
+from reference.quant_moe import w8a8_fused_moe
 from reference.quant_w4a16 import w4a16_mm
 from reference.validation import require_floating, require_int, require_tensor
 
@@ -36,9 +39,9 @@ __all__ = [
     "round_half_even",
     "ue8m0",
     "w4a16_mm",
+    "w8a8_fused_moe",
 ]
 
-INT8_MAX = 127  # QUANT-INT8-SCALE: symmetric, scale = amax / 127
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 # QUANT-FP8-TENSOR: the divisor a dynamic scale may use: the format's largest finite value, and for
 # e4m3fnuz also 224 (vLLM's ROCm kernels; QUANT-FP8-TENSOR's sources).
@@ -51,11 +54,6 @@ def fp8_max_values(fp8_dtype: torch.dtype) -> tuple[float, ...]:
     """QUANT-FP8-TENSOR: the largest magnitudes a conforming quantizer may map amax to."""
     top = float(torch.finfo(fp8_dtype).max)
     return (top, _FNUZ_VLLM_MAX) if fp8_dtype == torch.float8_e4m3fnuz else (top,)
-
-
-def round_half_even(t: torch.Tensor) -> torch.Tensor:
-    """QUANT-INT8-TIES: the nearest integer, ties to even (torch.round's rule)."""
-    return torch.round(t)
 
 
 def fp8_round(t: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
@@ -75,18 +73,6 @@ def ue8m0(scale: torch.Tensor) -> torch.Tensor:
     return torch.exp2(torch.ceil(torch.log2(scale.to(torch.float64))))
 
 
-def _x64(x: torch.Tensor) -> torch.Tensor:
-    return x.detach().to(torch.float64)
-
-
-def validate_activation(x, name: str = "x") -> torch.Tensor:
-    """QUANT-ERRORS: a floating tensor of rank >= 2 with a non-empty last dim."""
-    require_floating(x, name)
-    if x.dim() < 2 or x.shape[-1] == 0:
-        raise ValueError(f"{name} must have rank >= 2 and a non-empty last dim, got shape {tuple(x.shape)}")
-    return x
-
-
 def _require_fp8_dtype(fp8_dtype) -> torch.dtype:
     if fp8_dtype not in FP8_DTYPES:
         raise ValueError(f"fp8_dtype must be one of {FP8_DTYPES}, got {fp8_dtype!r}")
@@ -97,17 +83,6 @@ def _require_out_dtype(out_dtype) -> torch.dtype:
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype must be one of {OUT_DTYPES}, got {out_dtype!r}")
     return out_dtype
-
-
-def dynamic_int8_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """QUANT-INT8-SCALE, -ROUND, -TIES, -ZERO-ROW: per-row (token) symmetric int8 quantization of
-    x [..., K]: scale = amax(|x|) / 127 ([..., 1]); q = round_half_even(x / scale), 0 on a zero row."""
-    validate_activation(x)
-    x = _x64(x)
-    amax = x.abs().amax(-1, keepdim=True)
-    scale = amax / INT8_MAX
-    q = round_half_even(x * INT8_MAX / torch.where(amax > 0, amax, 1.0))
-    return q.clamp(-INT8_MAX, INT8_MAX), scale
 
 
 def _require_int8_matrix(t, name: str) -> torch.Tensor:

@@ -19,7 +19,7 @@ import math
 import torch
 
 from reference.activations import silu_clamped_and_mul
-from reference.quant import dynamic_int8_quant, validate_activation
+from reference.quant_int8 import dynamic_int8_quant, validate_activation
 from reference.validation import require_tensor
 
 __all__ = [

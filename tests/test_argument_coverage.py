@@ -65,6 +65,10 @@ HOLDOUTS: dict[tuple[str, str, str], str] = {
             ("fp8_fn_to_fnuz", "input_scale"),
             ("w4a16_mm", "qweight"),
             ("w4a16_mm", "qzeros"),
+            ("w8a8_fused_moe", "w13"),
+            ("w8a8_fused_moe", "w2"),
+            ("w8a8_fused_moe", "w13_scale"),
+            ("w8a8_fused_moe", "w2_scale"),
         )
     },
     **{
@@ -90,6 +94,11 @@ HOLDOUTS: dict[tuple[str, str, str], str] = {
             ("w4a16_mm", "scales"),
             ("w4a16_mm", "qzeros"),
         )
+    },
+    **{
+        ("w8a8_fused_moe", argument, "layout"): "contiguous: vLLM's fused experts assert it (MOE-VIEWS' "
+        "level; QUANT-MOE-W8A8 takes MOE-FUSED's forms)"
+        for argument in ("x", "w13", "w2", "topk_weights", "topk_ids", "w13_scale", "w2_scale")
     },
     ("fp8_block_scaled_mm", "block_size", "value"): "[128, 128], the weight_block_size of every released "
     "block-fp8 checkpoint (QUANT-FP8-BLOCK-MM)",
