@@ -6,7 +6,9 @@ the native op, which the Ascend op cannot take) and adds the scale's trailing di
 ``int8_scaled_mm`` calls ``npu_quant_matmul`` with the weight scale as ``scale`` (1 or n) and the
 activation scale as ``pertoken_scale`` (a per-tensor one expanded to m), the bias in the output dtype
 (the op's table allows it with a pertoken_scale). Operands are made contiguous (inferred: the op
-takes ND tensors; a transposed int8 weight is copied). The fp8 ops have no Ascend mapping here.
+takes ND tensors; a transposed int8 weight is copied). ``w8a8_fused_moe`` is vllm-ascend's
+W8A8-dynamic expert path (CANN-GROUPED-MATMUL-W8A8, CANN-DEQUANT-SWIGLU-QUANT). The fp8 ops have no
+Ascend mapping here.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from backends import NotImplementedOp, native_quant
 from reference import quant as _quant
+from reference.quant_moe import validate_w8a8_moe_args
 
 __all__ = ["install"]
 
@@ -42,10 +45,43 @@ def int8_scaled_mm(self, a, b, scale_a, scale_b, *, bias, out_dtype):
     )
 
 
+def w8a8_fused_moe(self, x, w13, w2, topk_weights, topk_ids, *, w13_scale, w2_scale):
+    """vllm-ascend's W8A8-dynamic experts: npu_dynamic_quant of x, the (token, slot) rows sorted by
+    expert, npu_grouped_matmul to int32, npu_dequant_swiglu_quant (activate_left, dynamic), the
+    down npu_grouped_matmul dequantized to x's dtype, then the slots weighted and summed in float32.
+    An intermediate size the fused op rejects (not a multiple of 64) goes through the native op."""
+    experts, _, inter = validate_w8a8_moe_args(x, w13, w2, topk_weights, topk_ids, w13_scale, w2_scale)
+    if inter % 64:
+        return native_quant.w8a8_fused_moe(x, w13, w2, topk_weights, topk_ids, w13_scale=w13_scale,
+                                           w2_scale=w2_scale)  # fmt: skip
+    x_q, x_scale = self.ops.npu_dynamic_quant(x.contiguous())
+    flat = topk_ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)  # expanded rows grouped by expert
+    token = order // topk_ids.shape[1]
+    counts = torch.bincount(flat, minlength=experts)
+    grouped = {"split_item": 2, "group_type": 0, "group_list_type": 1, "group_list": counts}
+    w13_kn, w2_kn = w13.transpose(1, 2).contiguous(), w2.transpose(1, 2).contiguous()  # [E, K, N]
+    h = self.ops.npu_grouped_matmul([x_q[token]], [w13_kn], output_dtype=torch.int32, **grouped)[0]
+    a_q, a_scale = self.ops.npu_dequant_swiglu_quant(
+        h, weight_scale=w13_scale.reshape(experts, -1), activation_scale=x_scale[token].contiguous(),
+        group_index=counts, **self.dequant_swiglu_args(),
+    )  # fmt: skip
+    scales = {"scale": [w2_scale.reshape(experts, -1)], "per_token_scale": [a_scale]}
+    y = self.ops.npu_grouped_matmul([a_q], [w2_kn], output_dtype=x.dtype, **scales, **grouped)[0]
+    slots = torch.zeros(flat.numel(), x.shape[1], dtype=torch.float32, device=x.device)
+    slots[order] = y.float()
+    weighted = slots.reshape(*topk_ids.shape, -1) * topk_weights.float()[..., None]
+    return weighted.sum(1).to(x.dtype)
+
+
+def dequant_swiglu_args(self) -> dict:
+    """CANN-DEQUANT-SWIGLU-QUANT: the SiLU on the left (gate) half, dynamic per-row quantization."""
+    return {"activate_left": True, "quant_mode": 1}
+
+
 def install(cls) -> None:
     """The quant ops as methods of the adapter class ``cls``; the fp8 ones not implemented, with why."""
-    for op in (dynamic_int8_quant, int8_scaled_mm):
+    for op in (dynamic_int8_quant, int8_scaled_mm, w8a8_fused_moe, dequant_swiglu_args):
         setattr(cls, op.__name__, op)
-    for op in ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz", "w4a16_mm",
-               "w8a8_fused_moe"):  # fmt: skip
+    for op in ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz", "w4a16_mm"):
         setattr(cls, op, NotImplementedOp(_NO_FP8))

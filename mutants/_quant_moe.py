@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from backends import native_quant as nq
 from backends.native import NativeBackend
+from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from reference.quant_moe import validate_w8a8_moe_args
 
 
@@ -157,6 +158,24 @@ class MoeActivateRight(NativeBackend):
         return _moe(x, w13, w2, topk_weights, topk_ids, w13_scale, w2_scale, expert=_activate_right)
 
 
+class NpuSwigluRightHalf(AscendBackend):
+    """The Ascend adapter calls npu_dequant_swiglu_quant without ``activate_left=True``: the op's
+    default activates the right half, so the SiLU falls on the up projection.
+
+    Origin: the documented default (``activate_left=False``) left in place; vllm-ascend passes True.
+    Caught by: QUANT-MOE-W8A8.
+    """
+
+    name = "npu-w8a8-moe-swiglu-right-half"
+    clauses = {"QUANT-MOE-W8A8"}
+
+    def __init__(self):
+        super().__init__(self.name, load_emulator, emulator_unavailable)
+
+    def dequant_swiglu_args(self) -> dict:
+        return {"quant_mode": 1}
+
+
 MOE_MUTANTS = [
     MoeNeighbourExpertScale(),
     MoeWeightScalePerTensor(),
@@ -164,4 +183,5 @@ MOE_MUTANTS = [
     MoeQuantizedBeforeGate(),
     MoeRequantPerTensor(),
     MoeActivateRight(),
+    NpuSwigluRightHalf(),
 ]

@@ -1,5 +1,6 @@
-"""The per-token int8 quantizer's oracle (spec/quant.md, QUANT-INT8-*), shared by ``reference.quant``
-(which re-exports it) and ``reference.quant_moe`` (the w8a8 experts quantize with it twice)."""
+"""The per-token int8 quantizer's oracle (spec/quant.md, QUANT-INT8-SCALE and its refinements),
+shared by ``reference.quant`` (which re-exports it) and ``reference.quant_moe`` (the w8a8 experts
+quantize with it twice)."""
 
 from __future__ import annotations
 

@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 
 from conformance.strategies.common import seeds
 
-# (T, H, I, E, k): one token, odd token counts, k = 1 / 2 / 4, H past 64 (small: the float64 oracle
-# loops over experts; a row's quantization does not depend on H beyond its amax).
-MOE_SHAPES = ((1, 32, 16, 4, 1), (6, 64, 32, 8, 2), (13, 48, 24, 4, 2), (4, 96, 32, 8, 4))
+# (T, H, I, E, k): one token, odd token counts, k = 1 / 2 / 4, H past 64, I a multiple of 64 (the
+# Ascend fused op's rule; npu-emulated's adapter sends others to native: I = 32 does); small: the
+# float64 oracle loops over experts, and a row's quantization does not depend on H beyond its amax.
+MOE_SHAPES = ((1, 32, 64, 4, 1), (6, 64, 64, 8, 2), (13, 48, 32, 4, 2), (4, 96, 128, 8, 4))
 # Several tokens an expert (QUANT-MOE-W8A8-REQUANT: a per-expert scale differs from per-row ones).
-MANY_TOKENS = ((13, 48, 24, 4, 2), (24, 32, 16, 4, 2))
+MANY_TOKENS = ((13, 48, 64, 4, 2), (24, 32, 32, 4, 2))
 
 
 @dataclass(frozen=True)
