@@ -17,6 +17,7 @@ from reference.activations import APPROXIMATE_MODES, validate_gated_input
 from reference.attention import require_scale, validate_decode_args, validate_prefill_args, validate_qkv
 from reference.masks import validate_encoder_mask_args, validate_swa_decode_args
 from reference.norms import validate_norm_args
+from reference.quant_config import quant_scheme
 from reference.validation import require_choice, require_positive_finite, require_positive_finite_or_none
 
 
@@ -257,6 +258,7 @@ class NativeBackend:
     fp8_fn_to_fnuz = staticmethod(native_quant.fp8_fn_to_fnuz)
     w4a16_mm = staticmethod(native_quant.w4a16_mm)
     w8a8_fused_moe = staticmethod(native_quant.w8a8_fused_moe)
+    quant_scheme = staticmethod(quant_scheme)  # the project's reader (QUANT-CONFIG), as moe_router_config
 
     # --- rotary embeddings (spec/rope.md): backends/rope.py ----------------------------------
 

@@ -85,3 +85,4 @@ def install(cls) -> None:
         setattr(cls, op.__name__, op)
     for op in ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz", "w4a16_mm"):
         setattr(cls, op, NotImplementedOp(_NO_FP8))
+    cls.quant_scheme = NotImplementedOp("config parsing is the serving framework's, not the kernel's")

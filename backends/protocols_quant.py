@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -79,4 +79,8 @@ class QuantOps(Protocol):
     ) -> torch.Tensor:
         """MOE-FUSED's SwiGLU experts with int8 w13 [E, 2I, H] / w2 [E, H, I] and float32 per-expert
         per-channel scales; x [T, H] quantized per token, the activation again per row; x's dtype."""
+        ...
+
+    def quant_scheme(self, config: Any) -> dict:
+        """QUANT-CONFIG: the ops' parameters of a model config's quantization_config."""
         ...

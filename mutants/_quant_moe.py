@@ -1,4 +1,5 @@
-"""Quant mutants of the w8a8 expert path (spec/quant.md, QUANT-MOE-W8A8): listed by
+"""Quant mutants of the w8a8 expert path (spec/quant.md, QUANT-MOE-W8A8) and of the config reader
+(QUANT-CONFIG): listed by
 ``mutants/quant.py``'s BACKENDS. Each is native's op with one realistic mistake."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import torch.nn.functional as F
 from backends import native_quant as nq
 from backends.native import NativeBackend
 from backends.npu import AscendBackend, emulator_unavailable, load_emulator
+from reference.quant_config import quant_scheme
 from reference.quant_moe import validate_w8a8_moe_args
 
 
@@ -185,3 +187,39 @@ MOE_MUTANTS = [
     MoeActivateRight(),
     NpuSwigluRightHalf(),
 ]
+
+
+class ConfigScaleFmtIgnored(NativeBackend):
+    """The config reader drops ``scale_fmt``: a DeepSeek-V3.2 / V4 checkpoint's UE8M0 scales read as
+    float32 ones.
+
+    Origin: an fp8 config builder that copies ``weight_block_size`` only (a public "scale_fmt dropped
+    again" regression test guards exactly this).
+    Caught by: QUANT-CONFIG.
+    """
+
+    name = "quant-config-scale-fmt-ignored"
+    clauses = {"QUANT-CONFIG"}
+
+    def quant_scheme(self, config):
+        scheme = quant_scheme(config)
+        return {**scheme, "use_ue8m0": False} if scheme["method"] == "fp8" else scheme
+
+
+class ConfigGptqV2AsV1(NativeBackend):
+    """The reader ignores GPTQ's ``checkpoint_format``: a gptq_v2 checkpoint's zeros read as v1's
+    (zero minus one), every dequantized weight off by one scale.
+
+    Origin: v2 support added to the kernels but not to the config parsing (QUANT-W4A16-ZEROS).
+    Caught by: QUANT-CONFIG.
+    """
+
+    name = "quant-config-gptq-v2-as-v1"
+    clauses = {"QUANT-CONFIG"}
+
+    def quant_scheme(self, config):
+        scheme = quant_scheme(config)
+        return {**scheme, "packing": "gptq"} if scheme.get("packing") == "gptq_v2" else scheme
+
+
+CONFIG_MUTANTS = [ConfigScaleFmtIgnored(), ConfigGptqV2AsV1()]

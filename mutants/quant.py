@@ -28,11 +28,11 @@ from mutants._quant_fp8 import (  # noqa: E402 - the fp8 half of the catalogue
     Ue8m0AfterQuantizing,
 )
 from mutants._quant_int4 import INT4_MUTANTS  # noqa: E402 - the int4 part
-from mutants._quant_moe import MOE_MUTANTS  # noqa: E402 - the w8a8 experts
+from mutants._quant_moe import CONFIG_MUTANTS, MOE_MUTANTS  # noqa: E402 - the w8a8 experts, the reader
 from reference import quant as rq
 
 # The conformance modules (under the ``conformance`` package) that must catch these mutants.
-PROPERTIES = ["conformance.test_quant", "conformance.test_quant_moe"]
+PROPERTIES = ["conformance.test_quant", "conformance.test_quant_moe", "conformance.test_quant_config"]
 
 
 def _int8_from(x32: torch.Tensor, scale: torch.Tensor, rounding=torch.round) -> torch.Tensor:
@@ -273,4 +273,5 @@ BACKENDS = [
     FnuzNegativeZeroKept(),
     *INT4_MUTANTS,
     *MOE_MUTANTS,
+    *CONFIG_MUTANTS,
 ]

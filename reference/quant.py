@@ -17,14 +17,16 @@ import numbers
 
 import torch
 
+from reference.quant_config import quant_scheme
 from reference.quant_int8 import INT8_MAX, dynamic_int8_quant, round_half_even, validate_activation
 from reference.quant_int8 import as_float64 as _x64
 from reference.quant_moe import w8a8_fused_moe
-from reference.quant_w4a16 import w4a16_mm
+from reference.quant_w4a16 import GROUP_SIZES, w4a16_mm
 from reference.validation import require_floating, require_int, require_tensor
 
 __all__ = [
     "FP8_DTYPES",
+    "GROUP_SIZES",
     "INT8_MAX",
     "dequantized_operands",
     "dynamic_int8_quant",
@@ -36,6 +38,7 @@ __all__ = [
     "fp8_round",
     "gemm_magnitude",
     "int8_scaled_mm",
+    "quant_scheme",
     "round_half_even",
     "ue8m0",
     "w4a16_mm",
@@ -47,7 +50,6 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 # e4m3fnuz also 224 (vLLM's ROCm kernels; QUANT-FP8-TENSOR's sources).
 _FNUZ_VLLM_MAX = 224.0
 OUT_DTYPES = (torch.bfloat16, torch.float16)  # QUANT-W8A8-DTYPE, QUANT-FP8-BLOCK-MM
-GROUP_SIZES = (32, 64, 128)  # QUANT-FP8-GROUP
 
 
 def fp8_max_values(fp8_dtype: torch.dtype) -> tuple[float, ...]:

@@ -15,6 +15,8 @@ import torch
 
 from reference.validation import require_choice, require_floating, require_int, require_tensor
 
+GROUP_SIZES = (32, 64, 128)  # QUANT-W4A16-GROUPS and QUANT-FP8-GROUP: the field's group sizes
+
 __all__ = ["AWQ_REVERSE_ORDER", "PACKINGS", "unpack_nibbles", "w4a16_mm", "w4a16_weight"]
 
 PACKINGS = ("awq", "gptq", "gptq_v2")
