@@ -49,4 +49,12 @@ RULES = [
         why="AWQ / GPTQ group sizes (a zero-point stride per group size: sglang#37759)",
     ),  # fmt: skip
     past(Measure("w4a16_mm", "tokens", dim("x", 0)), 128, "M past a 128-token tile"),
+    has(
+        Measure("w8a8_fused_moe", "top-k", dim("topk_ids", 1)),
+        1,
+        2,
+        4,
+        why="one expert a token (no slot sum) and several (the slots' scales and sum)",
+    ),  # fmt: skip
+    past(Measure("w8a8_fused_moe", "tokens", dim("x", 0)), 16, "several tokens an expert (per-row requant)"),
 ]
