@@ -91,3 +91,12 @@ def test_bad_configs_raise_one_line_naming_the_field(config, field):
     with pytest.raises(ValueError, match=field.replace("/", ".")) as raised:
         quant_scheme(config)
     assert "\n" not in str(raised.value)
+
+
+def test_reads_transformers_config_objects():
+    """The reader takes the config object transformers builds (its quantization_config a dict)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.DeepseekV3Config(quantization_config=DEEPSEEK_V3)
+    assert quant_scheme(config)["block_size"] == (128, 128)
+    with pytest.raises(ValueError, match="quantization_config must be a dict"):
+        quant_scheme(transformers.Qwen3Config())
