@@ -14,7 +14,6 @@ import torch
 
 from conformance.bad_input.quant import ERRORS
 from reference import quant as oracle
-from reference import quant_moe
 
 FP8 = oracle.FP8_DTYPES
 
@@ -195,7 +194,7 @@ def test_magnitude_bounds_the_sum():
 def test_oracle_raises_the_shared_error_cases(case):
     """QUANT-ERRORS: every shared bad-input record raises its exception, naming the argument."""
     with pytest.raises(case.exception, match=case.match):
-        case.call(quant_moe if case.op == "w8a8_fused_moe" else oracle)
+        case.call(oracle)
 
 
 def _brute_w4_weight(qweight, scales, qzeros, group_size, packing):
