@@ -1,0 +1,270 @@
+"""The dashboard's model: many runs' reports read once each, keyed by product, kept compact.
+
+A product is a column of the suite's reports (``backend@device``, `` [model]`` for a profile run)
+on one hardware and software stack: the results document's ``product`` tuple without the fields
+that change from run to run (commit, suite version, host, date), or, for a document without one,
+its ``torch`` and ``python``. Each run of a product is a point of its history, in date order.
+
+Every report is loaded through ``opconform.report.load`` (a bad file is one line naming it) and
+reduced as it is read: each case's state as one letter and its reason as a number, against one
+table of cases shared by all runs; the full cells and failure records are kept only for each
+product's latest run. Diffs between runs are ``opconform.report.diff``'s categories, read from a
+table of every state transition computed by ``report.diff`` itself (``transitions``), so the
+site's diffs and ``opconform diff`` cannot disagree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+
+from conformance.results import ResultsError
+from opconform import render
+from opconform import report as rep
+
+# A product's fields that name one run, not the product: its history's labels.
+RUN_FIELDS = ("commit", "suite", "suite_version", "opconform", "version", "host", "created")
+# A document without a product tuple: what of its meta names the software stack.
+FALLBACK_FIELDS = ("torch", "python")
+ABSENT = "."
+# One letter per case state (report.STATES), for the compact per-run tables and the site's data.
+CODE = dict(zip(rep.STATES, "CTFSEXPKN", strict=True))
+STATE = {code: state for state, code in CODE.items()}
+# A document of one case in each state, for ``transitions``; checked against report.case_state.
+_SAMPLE = {
+    rep.CRASH: {"outcome": "crash"},
+    rep.TIMEOUT: {"outcome": "timeout"},
+    rep.FAIL: {"outcome": "failed"},
+    rep.SHOULD_FAIL: {"outcome": "failed (SHOULD)"},
+    rep.EXPECTED: {"outcome": "expected failure"},
+    rep.XPASS: {"outcome": "passed", "expectation": {"verdict": "unexpected pass"}},
+    rep.PASS: {"outcome": "passed"},
+    rep.SKIP: {"outcome": "skipped"},
+    rep.NOT_IMPLEMENTED: {"outcome": "not implemented"},
+}
+
+
+def transitions() -> dict[str, str]:
+    """``OLD NEW R`` -> report.diff's category: OLD and NEW state letters (``.``: absent), R ``1``
+    when both cases hold different reasons; a transition that is no change is left out."""
+    table = {}
+    for old in (None, *rep.STATES):
+        for new in (None, *rep.STATES):
+            for differ in (0, 1):
+
+                def document(state, reason):
+                    case = {"nodeid": "case", **_SAMPLE[state], "reason": reason} if state else None
+                    assert case is None or rep.case_state(case) == state, (state, case)
+                    return {"results": [case] if case else []}
+
+                changes = rep.diff(document(old, "a"), document(new, "b" if differ else "a"))
+                found = [category for category, items in changes.items() if items]
+                if found:
+                    key = f"{CODE.get(old, ABSENT)}{CODE.get(new, ABSENT)}{differ}"
+                    table[key] = found[0]
+    return table
+
+
+@dataclass
+class Product:
+    """One column on one stack, and its runs in date order."""
+
+    id: str
+    column: str
+    fields: dict[str, str]
+    runs: list[int] = field(default_factory=list)  # Run.index, oldest first
+    latest: dict = field(default_factory=dict)  # the latest run's cells and failures (Run.latest_part)
+
+    @property
+    def label(self) -> str:
+        facts = " ".join(f"{k} {v}" for k, v in self.fields.items())
+        return f"{self.column} ({facts})" if facts else self.column
+
+
+@dataclass
+class Run:
+    """One report, reduced: its labels, and per case (an index into Site.cases) a state and a reason."""
+
+    index: int  # position in date order (set once every report is read)
+    name: str  # the path as given
+    order: tuple  # (created, position on the command line): the date order
+    created: str | None
+    commit: str | None
+    host: str | None
+    exitstatus: int
+    products: dict[str, str]  # column -> Product.id
+    counts: dict[str, Counter]  # column -> cases per state
+    cases: array  # indices into Site.cases, ascending
+    states: str  # one letter per case (CODE)
+    reasons: array  # per case an index into Site.reasons (0: none)
+    reruns: dict[int, str]  # a broken case's rerun line
+    worst: dict[tuple[str, str], str]  # (column, clause) -> the cell's state letter
+
+    @property
+    def label(self) -> str:
+        commit = f" {self.commit[:12]}" if self.commit else ""
+        return f"{self.created or 'undated'}{commit}"
+
+    def table(self) -> dict[int, tuple[str, int]]:
+        return {c: (s, r) for c, s, r in zip(self.cases, self.states, self.reasons, strict=True)}
+
+
+@dataclass
+class Site:
+    """Everything the pages need: runs in date order, products, the shared case table, clauses."""
+
+    runs: list[Run] = field(default_factory=list)
+    products: dict[str, Product] = field(default_factory=dict)
+    cases: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)  # key, column, clauses
+    case_index: dict[str, int] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=lambda: [""])
+    reason_index: dict[str, int] = field(default_factory=lambda: {"": 0})
+    clauses: dict[str, dict] = field(default_factory=dict)  # clause -> its record (family, level, title)
+
+    def case(self, key: str, column: str, clauses: list[str]) -> int:
+        index = self.case_index.get(key)
+        if index is None:
+            index = self.case_index[key] = len(self.cases)
+            self.cases.append((key, column, tuple(clauses)))
+        return index
+
+    def reason(self, text: str | None) -> int:
+        text = text or ""
+        index = self.reason_index.get(text)
+        if index is None:
+            index = self.reason_index[text] = len(self.reasons)
+            self.reasons.append(text)
+        return index
+
+    def families(self) -> dict[str, list[str]]:
+        """family -> its clauses, in the reports' (spec) order."""
+        found: dict[str, list[str]] = {}
+        for clause, info in self.clauses.items():
+            found.setdefault(info.get("family") or "-", []).append(clause)
+        return found
+
+    def previous(self, product: Product) -> tuple[Run, Run] | None:
+        """(previous, latest) runs of ``product``; None with fewer than two."""
+        if len(product.runs) < 2:
+            return None
+        return self.runs[product.runs[-2]], self.runs[product.runs[-1]]
+
+
+def product_fields(meta: dict, source: str) -> dict[str, str]:
+    """What names a run's stack: its ``product`` tuple less RUN_FIELDS, else FALLBACK_FIELDS of its meta."""
+    product = meta.get("product")
+    if product is None:
+        return {k: str(meta[k]) for k in FALLBACK_FIELDS if meta.get(k) not in (None, "")}
+    if not isinstance(product, dict):
+        raise ResultsError(f"{source}: field 'product': expected an object, got {product!r}")
+    return {str(k): str(v) for k, v in sorted(product.items()) if k not in RUN_FIELDS and v not in (None, "")}
+
+
+def _run_field(meta: dict, name: str) -> str | None:
+    product = meta.get("product") if isinstance(meta.get("product"), dict) else {}
+    value = product.get(name) or meta.get(name)
+    return str(value) if value not in (None, "") else None
+
+
+def _product_id(column: str, fields: dict[str, str]) -> str:
+    """A stable short name for file names: the same product gets the same pages in every build."""
+    text = json.dumps([column, fields], sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def build(paths: list[str]) -> Site:
+    """Read every report once, in the order given; then order the runs by date."""
+    site = Site()
+    latest: dict[str, tuple[tuple, dict]] = {}  # product id -> (run order, its latest part)
+    for position, path in enumerate(paths):
+        document = rep.load(path)
+        run = _reduce(site, document, str(path), position)
+        for column, product_id in run.products.items():
+            if product_id not in latest or latest[product_id][0] <= run.order:
+                latest[product_id] = (run.order, latest_part(document, column, run))
+        site.runs.append(run)
+    site.runs.sort(key=lambda r: r.order)
+    for index, run in enumerate(site.runs):
+        run.index = index
+        for product_id in run.products.values():
+            site.products[product_id].runs.append(index)
+    for product_id, (_, part) in latest.items():
+        site.products[product_id].latest = part
+    return site
+
+
+def _reduce(site: Site, document: dict, name: str, position: int) -> Run:
+    meta = {k: v for k, v in document.items() if k != "results"}
+    fields = product_fields(meta, name)
+    created = _run_field(meta, "created")
+    for clause, info in (document.get("clauses") or {}).items():
+        site.clauses.setdefault(clause, info if isinstance(info, dict) else {})
+    records: dict[int, dict] = {}
+    products: dict[str, str] = {}
+    counts: dict[str, Counter] = {}
+    for result in document["results"]:
+        column = rep.column_of(result)
+        if column not in products:
+            product_id = _product_id(column, fields)
+            site.products.setdefault(product_id, Product(product_id, column, fields))
+            products[column], counts[column] = product_id, Counter()
+        counts[column][rep.case_state(result)] += 1
+        # report.diff keeps a case's last record (setup, call, teardown): so does the table.
+        records[site.case(rep._case_key(result), column, result.get("clauses") or [])] = result
+    cases = array("I", sorted(records))
+    states = "".join(CODE[rep.case_state(records[c])] for c in cases)
+    reruns = {c: (records[c].get("failure") or {}).get("rerun") for c in cases}
+    reruns = {c: line for c, line in reruns.items() if line and rep.case_state(records[c]) in rep.ANY_BROKEN}
+    worst = {
+        (column, row): CODE[cell.state] for (row, column), cell in rep.build_matrix(document).cells.items()
+    }
+    return Run(
+        index=position,
+        name=name,
+        order=(created or "", position),
+        created=created,
+        commit=_run_field(meta, "commit"),
+        host=_run_field(meta, "host"),
+        exitstatus=int(document.get("exitstatus") or 0),
+        products=products,
+        counts=counts,
+        cases=cases,
+        states=states,
+        reasons=array("I", (site.reason(records[c].get("reason")) for c in cases)),
+        reruns=reruns,
+        worst=worst,
+    )
+
+
+def latest_part(document: dict, column: str, run: Run) -> dict:
+    """What the pages show of a product's latest run: each clause's cell (state, text, reasons) and
+    the column's failures of both levels (their full records, for the clause pages)."""
+    matrix = rep.build_matrix(document)
+    cells = {}
+    for row in matrix.rows:
+        cell = matrix.cell(row, column)
+        if cell is not None:
+            cells[row] = {"state": cell.state, "text": render._cell_text(cell), "reasons": cell.reasons}
+    broken = [
+        r for r in document["results"] if rep.column_of(r) == column and rep.case_state(r) in rep.ANY_BROKEN
+    ]
+    return {"run": run.name, "cells": cells, "failures": broken}
+
+
+def diff_runs(site: Site, old: Run, new: Run, table: dict[str, str], column: str | None = None) -> dict:
+    """report.diff's categories between two runs (only ``column``'s cases when given): category ->
+    [(case index, old letter, new letter)]."""
+    before, after = old.table(), new.table()
+    found: dict[str, list] = {}
+    for index in sorted(before.keys() | after.keys()):
+        if column is not None and site.cases[index][1] != column:
+            continue
+        was, now = before.get(index, (ABSENT, 0)), after.get(index, (ABSENT, 0))
+        differ = int(was[0] != ABSENT and now[0] != ABSENT and was[1] != now[1])
+        category = table.get(f"{was[0]}{now[0]}{differ}")
+        if category:
+            found.setdefault(category, []).append((index, was[0], now[0]))
+    return found
