@@ -84,6 +84,25 @@ class Product:
         return f"{self.column} ({facts})" if facts else self.column
 
 
+@dataclass(frozen=True)
+class Cases:
+    """Cases of one run: indices into Site.cases (ascending), one state letter (CODE) and one reason
+    (an index into Site.reasons, 0: none) each. Runs of a product that agree compare equal, fast."""
+
+    indices: array
+    states: str
+    reasons: array
+
+    def rows(self):
+        return zip(self.indices, self.states, self.reasons, strict=True)
+
+    def table(self) -> dict[int, tuple[str, int]]:
+        return {c: (s, r) for c, s, r in self.rows()}
+
+
+NO_CASES = Cases(array("I"), "", array("I"))
+
+
 @dataclass
 class Run:
     """One report, reduced: its labels, and per case (an index into Site.cases) a state and a reason."""
@@ -97,9 +116,7 @@ class Run:
     exitstatus: int
     products: dict[str, str]  # column -> Product.id
     counts: dict[str, Counter]  # column -> cases per state
-    cases: array  # indices into Site.cases, ascending
-    states: str  # one letter per case (CODE)
-    reasons: array  # per case an index into Site.reasons (0: none)
+    columns: dict[str, Cases]  # column -> its cases
     reruns: dict[int, str]  # a broken case's rerun line
     worst: dict[tuple[str, str], str]  # (column, clause) -> the cell's state letter
 
@@ -108,8 +125,11 @@ class Run:
         commit = f" {self.commit[:12]}" if self.commit else ""
         return f"{self.created or 'undated'}{commit}"
 
-    def table(self) -> dict[int, tuple[str, int]]:
-        return {c: (s, r) for c, s, r in zip(self.cases, self.states, self.reasons, strict=True)}
+    def whole(self) -> Cases:
+        """Every column's cases as one, indices ascending."""
+        rows = sorted(row for cases in self.columns.values() for row in cases.rows())
+        indices, reasons = array("I", (r[0] for r in rows)), array("I", (r[2] for r in rows))
+        return Cases(indices, "".join(r[1] for r in rows), reasons)
 
 
 @dataclass
@@ -181,10 +201,11 @@ def build(paths: list[str]) -> Site:
     latest: dict[str, tuple[tuple, dict]] = {}  # product id -> (run order, its latest part)
     for position, path in enumerate(paths):
         document = rep.load(path)
-        run = _reduce(site, document, str(path), position)
-        for column, product_id in run.products.items():
-            if product_id not in latest or latest[product_id][0] <= run.order:
-                latest[product_id] = (run.order, latest_part(document, column, run))
+        matrix = rep.build_matrix(document)
+        run = _reduce(site, document, matrix, str(path), position)
+        newer = [c for c, p in run.products.items() if p not in latest or latest[p][0] <= run.order]
+        for column, part in latest_parts(document, matrix, newer, run).items():
+            latest[run.products[column]] = (run.order, part)
         site.runs.append(run)
     site.runs.sort(key=lambda r: r.order)
     for index, run in enumerate(site.runs):
@@ -196,13 +217,13 @@ def build(paths: list[str]) -> Site:
     return site
 
 
-def _reduce(site: Site, document: dict, name: str, position: int) -> Run:
+def _reduce(site: Site, document: dict, matrix: rep.Matrix, name: str, position: int) -> Run:
     meta = {k: v for k, v in document.items() if k != "results"}
     fields = product_fields(meta, name)
     created = _run_field(meta, "created")
     for clause, info in (document.get("clauses") or {}).items():
         site.clauses.setdefault(clause, info if isinstance(info, dict) else {})
-    records: dict[int, dict] = {}
+    records: dict[str, dict[int, dict]] = {}
     products: dict[str, str] = {}
     counts: dict[str, Counter] = {}
     for result in document["results"]:
@@ -210,17 +231,21 @@ def _reduce(site: Site, document: dict, name: str, position: int) -> Run:
         if column not in products:
             product_id = _product_id(column, fields)
             site.products.setdefault(product_id, Product(product_id, column, fields))
-            products[column], counts[column] = product_id, Counter()
+            products[column], counts[column], records[column] = product_id, Counter(), {}
         counts[column][rep.case_state(result)] += 1
         # report.diff keeps a case's last record (setup, call, teardown): so does the table.
-        records[site.case(rep._case_key(result), column, result.get("clauses") or [])] = result
-    cases = array("I", sorted(records))
-    states = "".join(CODE[rep.case_state(records[c])] for c in cases)
-    reruns = {c: (records[c].get("failure") or {}).get("rerun") for c in cases}
-    reruns = {c: line for c, line in reruns.items() if line and rep.case_state(records[c]) in rep.ANY_BROKEN}
-    worst = {
-        (column, row): CODE[cell.state] for (row, column), cell in rep.build_matrix(document).cells.items()
-    }
+        records[column][site.case(rep._case_key(result), column, result.get("clauses") or [])] = result
+    columns, reruns = {}, {}
+    for column, held in records.items():
+        indices = array("I", sorted(held))
+        states = "".join(CODE[rep.case_state(held[c])] for c in indices)
+        reasons = array("I", (site.reason(held[c].get("reason")) for c in indices))
+        columns[column] = Cases(indices, states, reasons)
+        for c in indices:
+            line = (held[c].get("failure") or {}).get("rerun")
+            if line and rep.case_state(held[c]) in rep.ANY_BROKEN:
+                reruns[c] = line
+    worst = {(column, row): CODE[cell.state] for (row, column), cell in matrix.cells.items()}
     return Run(
         index=position,
         name=name,
@@ -231,40 +256,43 @@ def _reduce(site: Site, document: dict, name: str, position: int) -> Run:
         exitstatus=int(document.get("exitstatus") or 0),
         products=products,
         counts=counts,
-        cases=cases,
-        states=states,
-        reasons=array("I", (site.reason(records[c].get("reason")) for c in cases)),
+        columns=columns,
         reruns=reruns,
         worst=worst,
     )
 
 
-def latest_part(document: dict, column: str, run: Run) -> dict:
-    """What the pages show of a product's latest run: each clause's cell (state, text, reasons) and
-    the column's failures of both levels (their full records, for the clause pages)."""
-    matrix = rep.build_matrix(document)
-    cells = {}
-    for row in matrix.rows:
-        cell = matrix.cell(row, column)
-        if cell is not None:
-            cells[row] = {"state": cell.state, "text": render._cell_text(cell), "reasons": cell.reasons}
-    broken = [
-        r for r in document["results"] if rep.column_of(r) == column and rep.case_state(r) in rep.ANY_BROKEN
-    ]
-    return {"run": run.name, "cells": cells, "failures": broken}
+def latest_parts(document: dict, matrix: rep.Matrix, columns: list[str], run: Run) -> dict[str, dict]:
+    """What the pages show of a product's latest run, per column: each clause's cell (state, text,
+    reasons) and the column's failures of both levels (their full records, for the clause pages)."""
+    parts = {column: {"run": run.name, "cells": {}, "failures": []} for column in columns}
+    for (row, column), cell in matrix.cells.items():
+        if column in parts:
+            parts[column]["cells"][row] = {
+                "state": cell.state,
+                "text": render._cell_text(cell),
+                "reasons": cell.reasons,
+            }
+    for result in document["results"]:
+        column = rep.column_of(result)
+        if column in parts and rep.case_state(result) in rep.ANY_BROKEN:
+            parts[column]["failures"].append(result)
+    return parts
 
 
 def diff_runs(site: Site, old: Run, new: Run, table: dict[str, str], column: str | None = None) -> dict:
     """report.diff's categories between two runs (only ``column``'s cases when given): category ->
-    [(case index, old letter, new letter)]."""
-    before, after = old.table(), new.table()
+    [(case index, old letter, new letter)]. A column whose cases agree is skipped unread."""
     found: dict[str, list] = {}
-    for index in sorted(before.keys() | after.keys()):
-        if column is not None and site.cases[index][1] != column:
+    for name in [column] if column else sorted(old.columns.keys() | new.columns.keys()):
+        was_cases, now_cases = old.columns.get(name, NO_CASES), new.columns.get(name, NO_CASES)
+        if was_cases == now_cases:
             continue
-        was, now = before.get(index, (ABSENT, 0)), after.get(index, (ABSENT, 0))
-        differ = int(was[0] != ABSENT and now[0] != ABSENT and was[1] != now[1])
-        category = table.get(f"{was[0]}{now[0]}{differ}")
-        if category:
-            found.setdefault(category, []).append((index, was[0], now[0]))
+        before, after = was_cases.table(), now_cases.table()
+        for index in sorted(before.keys() | after.keys()):
+            was, now = before.get(index, (ABSENT, 0)), after.get(index, (ABSENT, 0))
+            differ = int(was[0] != ABSENT and now[0] != ABSENT and was[1] != now[1])
+            category = table.get(f"{was[0]}{now[0]}{differ}")
+            if category:
+                found.setdefault(category, []).append((index, was[0], now[0]))
     return found

@@ -56,11 +56,12 @@ def write_data(site: Site, out: Path, table: dict) -> list[Path]:
     written = [folder / "site.js"]
     written[0].write_text(f"var OPC={_script(shared)};OPC.runs={{}};\n", encoding="utf-8")
     for run in site.runs:
-        gaps = [b - a for a, b in zip([-1, *run.cases], run.cases, strict=False)]
+        cases = run.whole()
+        gaps = [b - a for a, b in zip([-1, *cases.indices], cases.indices, strict=False)]
         record = {
             "c": rle(gaps),
-            "s": rle(run.states),
-            "r": rle(run.reasons),
+            "s": rle(cases.states),
+            "r": rle(cases.reasons),
             "f": {str(k): v for k, v in run.reruns.items()},
         }
         path = folder / f"run-{run.index}.js"

@@ -61,17 +61,12 @@ def site(built):
 def test_the_site_names_its_runs_and_products(built, site):
     """Three runs of two products (acme@cpu, native@cpu on this stack); one page per product,
     family and clause; the command says how many and how large."""
-    assert re.search(r"3 runs, 2 products, \d+ files, [\d.]+ MB in [\d.]+ s", built["stdout"]), built[
-        "stdout"
-    ]
+    summary = r"3 runs, 2 products, \d+ files, [\d.]+ MB in [\d.]+ s"
+    assert re.search(summary, built["stdout"]), built["stdout"]
     assert len(list(site.glob("product-*.html"))) == 2
     assert (site / "family-norms.html").exists() and (site / "clause-NORM-GEMMA.html").exists()
-    assert sorted(p.name for p in (site / "data").iterdir()) == [
-        "run-0.js",
-        "run-1.js",
-        "run-2.js",
-        "site.js",
-    ]
+    data = sorted(p.name for p in (site / "data").iterdir())
+    assert data == ["run-0.js", "run-1.js", "run-2.js", "site.js"]
 
 
 def test_the_planted_regression_leads_the_index(built, site):
