@@ -75,15 +75,22 @@ def _cell(cell: dict | None, *, clause: str | None = None) -> str:
 
 
 def _strip(site: Site, product: Product, clause: str) -> str:
-    """The clause's cell in each of the product's last HISTORY_RUNS runs, as one letter each."""
-    cells = []
+    """The clause's cell in each of the product's last HISTORY_RUNS runs, oldest first: one cell per
+    stretch of runs in one state (a history that holds still costs one cell, not one per run)."""
+    stretches: list[list] = []  # [letter, first run, last run, count]
     for index in product.runs[-HISTORY_RUNS:]:
         run = site.runs[index]
-        code = run.worst.get((product.column, clause))
-        state = STATE.get(code or "")
-        label = f"{run.label}: {state or 'not run'}"
-        css = render._CLASS[state] if state else "none"
-        cells.append(f"<td class='h {css}' title='{esc(label)}'>{esc(code or '')}</td>")
+        code = run.worst.get((product.column, clause)) or ""
+        if stretches and stretches[-1][0] == code:
+            stretches[-1][2:] = [run, stretches[-1][3] + 1]
+        else:
+            stretches.append([code, run, run, 1])
+    cells = []
+    for code, first, last, count in stretches:
+        state = STATE.get(code)
+        span = first.label if count == 1 else f"{first.label} to {last.label} ({count} runs)"
+        css, title = render._CLASS[state] if state else "none", esc(f"{span}: {state or 'not run'}")
+        cells.append(f"<td class='h {css}' colspan='{count}' title='{title}'>{code}</td>")
     return "".join(cells)
 
 
