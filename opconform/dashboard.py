@@ -7,10 +7,10 @@ its ``torch`` and ``python``. Each run of a product is a point of its history, i
 
 Every report is loaded through ``opconform.report.load`` (a bad file is one line naming it) and
 reduced as it is read: each case's state as one letter and its reason as a number, against one
-table of cases shared by all runs; the full cells and failure records are kept only for each
-product's latest run. Diffs between runs are ``opconform.report.diff``'s categories, read from a
-table of every state transition computed by ``report.diff`` itself (``transitions``), so the
-site's diffs and ``opconform diff`` cannot disagree.
+table of cases shared by all runs; the full cells and failure records are read (a second time)
+only from each product's latest run. Diffs between runs are ``opconform.report.diff``'s
+categories, read from a table of every state transition computed by ``report.diff`` itself
+(``transitions``), so the site's diffs and ``opconform diff`` cannot disagree.
 """
 
 from __future__ import annotations
@@ -196,24 +196,25 @@ def _product_id(column: str, fields: dict[str, str]) -> str:
 
 
 def build(paths: list[str]) -> Site:
-    """Read every report once, in the order given; then order the runs by date."""
+    """Read every report once, in the order given, and order the runs by date; then read again only
+    each product's latest run, for its cells and failure records (a few reports, not hundreds)."""
     site = Site()
-    latest: dict[str, tuple[tuple, dict]] = {}  # product id -> (run order, its latest part)
     for position, path in enumerate(paths):
         document = rep.load(path)
-        matrix = rep.build_matrix(document)
-        run = _reduce(site, document, matrix, str(path), position)
-        newer = [c for c, p in run.products.items() if p not in latest or latest[p][0] <= run.order]
-        for column, part in latest_parts(document, matrix, newer, run).items():
-            latest[run.products[column]] = (run.order, part)
-        site.runs.append(run)
+        site.runs.append(_reduce(site, document, rep.build_matrix(document), str(path), position))
     site.runs.sort(key=lambda r: r.order)
     for index, run in enumerate(site.runs):
         run.index = index
         for product_id in run.products.values():
             site.products[product_id].runs.append(index)
-    for product_id, (_, part) in latest.items():
-        site.products[product_id].latest = part
+    latest: dict[int, list[str]] = {}  # run index -> the columns whose latest run it is
+    for product in site.products.values():
+        latest.setdefault(product.runs[-1], []).append(product.column)
+    for index, columns in sorted(latest.items()):
+        run = site.runs[index]
+        document = rep.load(run.name)
+        for column, part in latest_parts(document, rep.build_matrix(document), columns, run).items():
+            site.products[run.products[column]].latest = part
     return site
 
 

@@ -5,19 +5,19 @@ index.html opens with each product's new failures since its previous run (the fi
 then the products and the families; family-F.html is the clause x product matrix of family F
 (each product's latest run, both levels); product-ID.html a product's runs (dates, commits) and
 its clauses' history; clause-ID.html a clause's cells, history, failing examples and rerun lines;
-diff.html (``opconform.render_dashboard_data``) any two runs.
+diff.html (``opconform.render_dashboard_data``) any two runs. ``opconform.commands.dashboard``
+writes them.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
 
 from opconform import render
 from opconform import render_failures as failures
 from opconform import report as rep
-from opconform.dashboard import CODE, STATE, Product, Run, Site, diff_runs, transitions
+from opconform.dashboard import CODE, STATE, Product, Run, Site, diff_runs
 
 esc = html.escape
 HISTORY_RUNS = 40  # the runs a history strip shows, newest last: a page stays small with hundreds
@@ -270,21 +270,14 @@ def _ran(site: Site, product: Product, clause: str) -> bool:
     return any((product.column, clause) in site.runs[i].worst for i in product.runs)
 
 
-def write(site: Site, out: Path) -> list[Path]:
-    """Every page and data file of the site into ``out`` (an empty or earlier site's folder)."""
-    from opconform import render_dashboard_data as data
-
-    table = transitions()
-    pages = {"index.html": index_html(site, table), "diff.html": data.diff_html(site)}
+def pages(site: Site, table: dict) -> dict[str, str]:
+    """File name -> HTML of every page but diff.html (opconform.render_dashboard_data)."""
+    found = {"index.html": index_html(site, table)}
     for family, clauses in site.families().items():
-        pages[family_page(family)] = family_html(site, family, clauses)
+        found[family_page(family)] = family_html(site, family, clauses)
     for product in site.products.values():
-        pages[product_page(product)] = product_html(site, product, table)
+        found[product_page(product)] = product_html(site, product, table)
     clauses = dict.fromkeys([*site.clauses, *(c for _, _, cs in site.cases for c in cs)])
     for clause in clauses:
-        pages[clause_page(clause)] = clause_html(site, clause)
-    written = []
-    for name, content in pages.items():
-        (out / name).write_text(content, encoding="utf-8")
-        written.append(out / name)
-    return written + data.write_data(site, out, table)
+        found[clause_page(clause)] = clause_html(site, clause)
+    return found

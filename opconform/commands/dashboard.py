@@ -45,8 +45,21 @@ def _earlier_site(out: Path, overwrite: bool) -> str | list[Path]:
     return held
 
 
+def write(site, out: Path) -> list[Path]:
+    """Every page and data file of the site into ``out``."""
+    from opconform import dashboard, render_dashboard, render_dashboard_data
+
+    table = dashboard.transitions()
+    pages = {**render_dashboard.pages(site, table), "diff.html": render_dashboard_data.diff_html(site)}
+    written = []
+    for name, content in pages.items():
+        (out / name).write_text(content, encoding="utf-8")
+        written.append(out / name)
+    return written + render_dashboard_data.write_data(site, out, table)
+
+
 def run(args: argparse.Namespace) -> int:
-    from opconform import dashboard, render_dashboard
+    from opconform import dashboard
 
     out = Path(args.out)
     held = _earlier_site(out, args.overwrite)
@@ -59,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         return usage_error("dashboard", f"--out {out}: cannot write there: {why}")
     for path in held:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
-    written = render_dashboard.write(site, out)
+    written = write(site, out)
     size = sum(p.stat().st_size for p in written)
     seconds = time.perf_counter() - started
     print(
