@@ -191,9 +191,12 @@ def family_html(site: Site, family: str, clauses: list[str]) -> str:
             f"<a href='{clause_page(clause)}'>{esc(clause)}</a></td>"
             f"<td>{esc(info.get('level') or rep.MUST)}</td>"
         )
-        body += [_cell(p.latest.get("cells", {}).get(clause), clause=clause) for p in products]
+        cells = [_cell(p.latest.get("cells", {}).get(clause), clause=clause) for p in products]
+        if info.get("rule"):  # a rule of the suite (the tolerance table): applied by every case
+            cells = [c.replace(">-<", ">rule<") for c in cells]
+        body += cells
         body.append("</tr>")
-    body.append(f"</tbody></table><p><small>{esc(render.LEGEND)}</small></p>")
+    body.append(f"</tbody></table><p><small>{esc(render.LEGEND)}; {esc(render.RULE_LEGEND)}</small></p>")
     return page(f"{family}: clause x product", body)
 
 
