@@ -180,7 +180,8 @@ def product_fields(meta: dict, source: str) -> dict[str, str]:
         return {k: str(meta[k]) for k in FALLBACK_FIELDS if meta.get(k) not in (None, "")}
     if not isinstance(product, dict):
         raise ResultsError(f"{source}: field 'product': expected an object, got {product!r}")
-    return {str(k): str(v) for k, v in sorted(product.items()) if k not in RUN_FIELDS and v not in (None, "")}
+    # The tuple's own order (chip first) for labels; _product_id sorts the keys, so it is stable.
+    return {str(k): str(v) for k, v in product.items() if k not in RUN_FIELDS and v not in (None, "")}
 
 
 def _run_field(meta: dict, name: str) -> str | None:
@@ -199,6 +200,7 @@ def build(paths: list[str]) -> Site:
     """Read every report once, in the order given, and order the runs by date; then read again only
     each product's latest run, for its cells and failure records (a few reports, not hundreds)."""
     site = Site()
+    paths = list(dict.fromkeys(paths))  # a report named twice (overlapping globs) is one run
     for position, path in enumerate(paths):
         document = rep.load(path)
         site.runs.append(_reduce(site, document, rep.build_matrix(document), str(path), position))
@@ -221,7 +223,11 @@ def build(paths: list[str]) -> Site:
 def _reduce(site: Site, document: dict, matrix: rep.Matrix, name: str, position: int) -> Run:
     meta = {k: v for k, v in document.items() if k != "results"}
     fields = product_fields(meta, name)
-    created = _run_field(meta, "created")
+    # A merged report (opconform merge) has no date of its own: its latest run's.
+    merged = [
+        str(m["created"]) for m in meta.get("merged_from") or [] if isinstance(m, dict) and m.get("created")
+    ]
+    created = _run_field(meta, "created") or max(merged, default=None)
     for clause, info in (document.get("clauses") or {}).items():
         site.clauses.setdefault(clause, info if isinstance(info, dict) else {})
     records: dict[str, dict[int, dict]] = {}

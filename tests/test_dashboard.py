@@ -278,3 +278,24 @@ def test_planted_regression_is_on_the_first_screen(browser, tmp_path):
     dom = _dom(copy.as_uri())
     found = json.loads(re.search(r'data-probe="([^"]*)"', dom).group(1).replace("&quot;", '"'))
     assert found and 600 <= found["height"] <= 800 and 0 < found["bottom"] <= found["height"], found
+
+
+def test_merged_and_repeated_reports(built, tmp_path):
+    """A merged report is one run dated by its latest input; a report named twice is one run."""
+    merged = tmp_path / "merged"
+    assert cli.main(["merge", *built["reports"][:2], "--out", str(merged)]) == 0
+    site = dashboard.build([built["reports"][2], built["reports"][2], str(merged / "report.json")])
+    assert [run.name for run in site.runs] == [str(merged / "report.json"), built["reports"][2]]
+    assert site.runs[0].created == max(rep.load(p)["created"] for p in built["reports"][:2])
+
+
+def test_scale_benchmark_builds_a_fleet(tmp_path, monkeypatch, capsys):
+    """benchmarks/dashboard_scale.py at a toy size: its synthetic reports pass the results loader
+    and give a product per machine and backend, with history."""
+    from benchmarks import dashboard_scale
+
+    monkeypatch.setattr(sys, "argv", ["x", "--runs", "12", "--cases", "64", "--out", str(tmp_path)])
+    dashboard_scale.main()
+    out = capsys.readouterr().out
+    assert "12 runs, 48 products" in out and "exit 0" in out, out
+    assert (tmp_path / "site" / "index.html").exists()
