@@ -70,11 +70,13 @@ def write_data(site: Site, out: Path, table: dict) -> list[Path]:
     return written
 
 
-# Reads ?a=I&b=J (default: the last two runs), loads both runs' files, and lists each category.
+# Reads ?a=I&b=J (default: OPC.pair), loads both runs' files, and lists each category.
 _DIFF_JS = r"""
 (function(){
   var query=new URLSearchParams(window.location.search);
-  var n=OPC.runsCount, a=query.has('a')?+query.get('a'):Math.max(n-2,0), b=query.has('b')?+query.get('b'):n-1;
+  var n=OPC.runsCount, a=OPC.pair[0], b=OPC.pair[1];
+  if(query.has('a')){a=Number(query.get('a'));}
+  if(query.has('b')){b=Number(query.get('b'));}
   ['a','b'].forEach(function(name){
     var select=document.getElementById('f-'+name);
     OPC.runList.forEach(function(run,i){
@@ -141,10 +143,26 @@ _DIFF_JS = r"""
     if(!total){out.appendChild(cell('p','no changes'));}
     document.documentElement.setAttribute('data-opconform-ready','1');
   }
-  if(n<1){document.documentElement.setAttribute('data-opconform-ready','1');return;}
+  var bad=[a,b].filter(function(i){return !(Number.isInteger(i)&&i>=0&&i<n);});
+  if(n<1||bad.length){
+    var why=n?'no run '+esc(bad.join(', '))+': choose two':'no runs';
+    document.getElementById('changes').appendChild(cell('p',why));
+    document.documentElement.setAttribute('data-opconform-ready','1');return;
+  }
   load(a,function(){load(b,show);});
 })();
 """
+
+
+def _default_pair(site: Site) -> list[int]:
+    """Without ?a=&b=: the latest run against the run before it of the same product (the last two
+    runs of the whole fleet are likely two machines, whose diff is every case added and removed)."""
+    if not site.runs:
+        return [0, 0]
+    latest = site.runs[-1]
+    pairs = [site.previous(site.products[p]) for p in latest.products.values()]
+    earlier = [pair[0].index for pair in pairs if pair]
+    return [max(earlier, default=latest.index), latest.index]
 
 
 def diff_html(site: Site) -> str:
@@ -154,7 +172,8 @@ def diff_html(site: Site) -> str:
         "<form method='get' action='diff.html'><label>old <select id='f-a' name='a'></select></label> ",
         "<label>new <select id='f-b' name='b'></select></label> <button>diff</button></form>",
         "<div id='changes'></div><script src='data/site.js'></script>",
-        f"<script>OPC.runsCount={len(site.runs)};OPC.shown={SHOWN};{_DIFF_JS}</script>",
+        f"<script>OPC.runsCount={len(site.runs)};OPC.shown={SHOWN};OPC.pair={_default_pair(site)};"
+        f"{_DIFF_JS}</script>",
     ]
     # Ready once both runs are loaded and listed, not at the page's end.
     return page("diff two runs", body, ready=False)

@@ -253,6 +253,8 @@ def test_pages_open_in_chromium_without_errors(browser, tmp_path):
     assert "new failures (1)" in diff and "new SHOULD failures (2)" in diff and "<h2>fixes" not in diff
     assert PLANTED in diff and "rerun: <code>python -m pytest" in diff
     assert "no changes" in _dom((browser / "diff.html").as_uri() + "?a=0&b=1")
+    assert "new failures (1)" in _dom((browser / "diff.html").as_uri())  # default: r3 against r2
+    assert "no run 7: choose two" in _dom((browser / "diff.html").as_uri() + "?a=7&b=1")
     for page, query in (("index.html", ""), ("diff.html", "?a=1&b=2")):
         shot = tmp_path / page.replace(".html", ".png")
         _browser(f"--screenshot={shot}", (browser / page).as_uri() + query)
