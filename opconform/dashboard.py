@@ -25,8 +25,9 @@ from conformance.results import ResultsError
 from opconform import render
 from opconform import report as rep
 
-# A product's fields that name one run, not the product: its history's labels.
-RUN_FIELDS = ("commit", "suite", "suite_version", "opconform", "version", "host", "created")
+# The product tuple's fields that name one run, not the product (the suite's version, its commit,
+# the host, the date): they label the runs of a product's history instead.
+RUN_FIELDS = ("opconform", "commit", "host", "created")
 # A document without a product tuple: what of its meta names the software stack.
 FALLBACK_FIELDS = ("torch", "python")
 ABSENT = "."
@@ -76,7 +77,7 @@ class Product:
     column: str
     fields: dict[str, str]
     runs: list[int] = field(default_factory=list)  # Run.index, oldest first
-    latest: dict = field(default_factory=dict)  # the latest run's cells and failures (Run.latest_part)
+    latest: dict = field(default_factory=dict)  # the latest run's cells and failures (latest_parts)
 
     @property
     def label(self) -> str:
