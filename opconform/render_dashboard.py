@@ -119,6 +119,12 @@ def _regressions(site: Site, table: dict) -> list[str]:
     parts = ["<section id='regressions'><h2>New failures in each product's latest run</h2>"]
     if not found:
         parts.append("<p class='quiet' id='no-regressions'>No product's latest run has a new failure.</p>")
+    else:
+        must = sum(1 for f in found if f[0])
+        parts.append(
+            f"<p id='regression-count'>{len(found)} of {len(site.products)} products have new failures "
+            f"in their latest run ({must} of them MUST failures), most first.</p>"
+        )
     for must, should_count, product, (old, new_run), new, should in found:
         by_key = {rep._case_key(r): r for r in product.latest.get("failures", [])}
         parts.append(

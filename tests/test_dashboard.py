@@ -77,6 +77,7 @@ def test_the_planted_regression_leads_the_index(built, site):
     assert index.index("<section id='regressions'>") < index.index("<table id='products'>")
     assert "acme@cpu" in section and "native@cpu" not in section
     assert "1 new MUST failure, 2 new SHOULD failures" in section
+    assert "1 of 2 products have new failures in their latest run (1 of them MUST failures)" in section
     assert PLANTED in section and "[NORM-GEMMA] gemma_rms_norm on backend &#x27;acme&#x27;" in section
     assert "rerun: <code>python -m pytest --pyargs" in section and built["reports"][2] in section
 
