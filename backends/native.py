@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from backends import kv_cache, native_moe, paged
+from backends import kv_cache, native_moe, native_quant, paged
 from backends import rope as _rope
 from reference import activations as _act
 from reference.activations import APPROXIMATE_MODES, validate_gated_input
@@ -246,6 +246,17 @@ class NativeBackend:
     append_shared_experts = staticmethod(native_moe.append_shared_experts)
     fused_moe = staticmethod(native_moe.fused_moe)
     moe_router_config = staticmethod(native_moe.moe_router_config)
+
+    # --- quantized linear layers (spec/quant.md): backends/native_quant.py ----------------------
+
+    dynamic_int8_quant = staticmethod(native_quant.dynamic_int8_quant)
+    int8_scaled_mm = staticmethod(native_quant.int8_scaled_mm)
+    fp8_quant = staticmethod(native_quant.fp8_quant)
+    fp8_group_quant = staticmethod(native_quant.fp8_group_quant)
+    fp8_block_scaled_mm = staticmethod(native_quant.fp8_block_scaled_mm)
+    fp8_fn_to_fnuz = staticmethod(native_quant.fp8_fn_to_fnuz)
+    w4a16_mm = staticmethod(native_quant.w4a16_mm)
+
     # --- rotary embeddings (spec/rope.md): backends/rope.py ----------------------------------
 
     rope_inv_freq = staticmethod(_rope.rope_inv_freq)

@@ -320,3 +320,8 @@ npu_norms.install(AscendBackend)
 from backends import npu_serving  # noqa: E402 - after the class it extends
 
 npu_serving.install(AscendBackend, compressed_causal_mask)
+
+# --- W8A8 int8 quant (spec/quant.md; spec/ascend.md, CANN-QUANT-MATMUL), in its own module -------
+from backends import npu_quant  # noqa: E402 - after the class it extends
+
+npu_quant.install(AscendBackend)

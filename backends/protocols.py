@@ -376,3 +376,10 @@ class KVCacheOps(Protocol):
 __all__ += ["KVCacheOps"]
 FAMILIES["kv_cache"] = KVCacheOps
 OPS.update({op: "kv_cache" for op in protocol_ops(KVCacheOps)})
+# --- Quantized linear layers (spec/quant.md): the protocol in backends/protocols_quant.py -----------
+
+from backends.protocols_quant import QuantOps  # noqa: E402 - after the tables it joins
+
+__all__ += ["QuantOps"]
+FAMILIES["quant"] = QuantOps
+OPS.update({op: "quant" for op in protocol_ops(QuantOps)})

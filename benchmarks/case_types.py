@@ -21,6 +21,7 @@ FAMILIES: dict[str, str] = {
     "kv_cache": "reference.kv_cache",
 }
 FAMILIES["moe"] = "reference.moe"
+FAMILIES["quant"] = "reference.quant"
 
 SHAPE_SETS = ("full", "quick")
 

@@ -21,7 +21,8 @@ Sizes and where they come from (assumptions are marked as such):
   of bf16 cache (32 GiB in the float64 oracle), more than a CPU benchmark machine holds.
 - Serving attention (spec/serving.md): the shapes and their interpretation are in
   ``benchmarks/serving_cases.py``; the norms (spec/norms.md) in ``benchmarks/norm_cases.py``;
-  the rope cases (spec/rope.md) in ``benchmarks/rope_cases.py``.
+  the rope cases (spec/rope.md) in ``benchmarks/rope_cases.py``; the quant cases (spec/quant.md) in
+  ``benchmarks/quant_cases.py``.
 
 A case's inputs are built inside the worker process by ``make_inputs(params, device, dtype)``
 and called through ``make_call(op, inputs)``, so the timed region is exactly the op call.
@@ -38,6 +39,7 @@ from benchmarks.kv_cache_cases import KV_CACHE_CASES
 from benchmarks.moe_cases import MOE_CASES
 from benchmarks.norm_cases import NORM_CASES
 from benchmarks.pool_read_cases import POOL_READ_CASES
+from benchmarks.quant_cases import QUANT_CASES
 from benchmarks.rope_cases import ROPE_CASES
 from benchmarks.serving_cases import SERVING_CASES
 
@@ -313,6 +315,7 @@ CASES: tuple[Case, ...] = (
     + ROPE_CASES
     + KV_CACHE_CASES
     + POOL_READ_CASES
+    + QUANT_CASES
 )
 
 

@@ -10,6 +10,7 @@ import re
 
 import torch
 
+from conformance import statistics
 from conformance.errors import ConformanceError
 from conformance.returns import ReturnedNone
 from conformance.tolerances import Tolerance, both_sides, tolerance
@@ -109,7 +110,14 @@ def assert_close(
     allowed = atol + tol.rtol * want.abs()
     nonfinite_bad = nan_mismatch | inf_mismatch | (torch.isfinite(want) & ~torch.isfinite(got))
     bad = nonfinite_bad | (finite & (abs_err > allowed))
-    if not bool(bad.any()):
+    failed = bool(bad.any())
+    # TOL-STATISTICS: msprobe's statistics of a comparison against the oracle, reported beside the
+    # verdict (a failure's, and a running case's for its record), never judged.
+    stats = None
+    if not metamorphic and (failed or statistics.active()):
+        stats = statistics.compute(got, want, dtype=actual.dtype)
+        statistics.note(actual.dtype, stats, got.numel())
+    if not failed:
         return
     rel_err = abs_err / want.abs().clamp_min(torch.finfo(torch.float64).tiny)
     lines = [
@@ -160,6 +168,7 @@ def assert_close(
         violation=violation,
         relation=_relation(violation, expected_as),
         metamorphic=metamorphic,
+        statistics=None if stats is None else (str(actual.dtype).removeprefix("torch."), stats),
     )
 
 

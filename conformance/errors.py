@@ -28,6 +28,7 @@ class ConformanceError(AssertionError):
         violation: dict | None = None,
         relation: str | None = None,
         metamorphic: bool = False,
+        statistics: tuple[str, dict] | None = None,
     ):
         super().__init__(f"[{clause}] {message}")
         self.clause = clause
@@ -42,6 +43,9 @@ class ConformanceError(AssertionError):
         self.relation = relation
         # The comparison was the backend against its own other result, not against the oracle.
         self.metamorphic = metamorphic
+        # (output dtype, conformance.statistics.compute's dict) of a failing comparison against the
+        # oracle: msprobe's statistics, reported beside the verdict (TOL-STATISTICS).
+        self.statistics = statistics
 
 
 def exceptions_under(exc: BaseException | None):

@@ -24,8 +24,10 @@ SCHEMA = "opconform-results"
 # 4: levels (spec/README.md, Levels): a case's ``level`` (MUST or SHOULD), outcome
 #    "failed (SHOULD)", the clauses table's ``level`` and ``kind``, ``strict``. An older report is
 #    read with the levels of this opconform's spec (``upgrade_levels``).
-VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+# 5: a case's ``statistics`` (spec/tolerances.md, TOL-STATISTICS): msprobe's accuracy statistics
+#    per output dtype, of the failing comparison or the worst over the case's comparisons.
+VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 class Outcome(str, Enum):
@@ -114,6 +116,9 @@ class Case:
     # MUST or SHOULD: a failure's, its clause's; any other case's, its best clause's (MUST when it
     # names one). None in a report older than version 4 until upgrade_levels.
     level: str | None = None
+    # TOL-STATISTICS: {"basis", "dtypes": {dtype: {statistic: value, "comparisons", "elements"}}}
+    # (conformance.statistics.case_record); None where no comparison against the oracle was made.
+    statistics: dict | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know
 
 
@@ -217,7 +222,7 @@ def case_to_dict(case: Case) -> dict:
         value = getattr(case, key)
         if value is not None:
             data[key] = {f.name: getattr(value, f.name) for f in fields(value)}
-    for key in ("reason", "message", "run", "model", "level"):
+    for key in ("reason", "message", "run", "model", "level", "statistics"):
         if getattr(case, key) is not None:
             data[key] = getattr(case, key)
     return {**data, **case.extra}
@@ -257,10 +262,17 @@ def case_from_dict(data: Any, source: str) -> Case:
             run=data.get("run"),
             model=_model_name(data.get("model"), source),
             level=_level(data.get("level"), source),
+            statistics=_statistics(data.get("statistics"), source),
             extra={k: v for k, v in data.items() if k not in names},
         )
     except (TypeError, ValueError) as exc:
         raise ResultsError(f"{source}: {exc}") from None
+
+
+def _statistics(value: Any, source: str) -> dict | None:
+    if value is not None and not (isinstance(value, dict) and isinstance(value.get("dtypes"), dict)):
+        raise ResultsError(f"{source}: field 'statistics': expected an object with 'dtypes', got {value!r}")
+    return value
 
 
 def _level(value: Any, source: str) -> str | None:

@@ -385,4 +385,15 @@ def angle_scale(positions: torch.Tensor, inv_freq: torch.Tensor, attention_facto
     return torch.cat([scale, scale], dim=-1)
 
 
-SCALING_RULES = SCALING_RULES + (pair_scale, angle_scale)
+_QUANT = {torch.float16: Tolerance(rtol=1e-3, atol=5e-4), torch.bfloat16: Tolerance(rtol=8e-3, atol=5e-4)}
+_W4A16 = {torch.float16: Tolerance(rtol=1e-3, atol=1e-3), torch.bfloat16: Tolerance(rtol=8e-3, atol=8e-3)}
+TOLERANCES.update({"quant": _QUANT, "quant-weight-only": _W4A16})
+TOLERANCES["quant-scale"] = {torch.float32: Tolerance(rtol=2.4e-7, atol=0.0)}
+
+
+def gemm_scale(a_deq: torch.Tensor, b_deq: torch.Tensor) -> torch.Tensor:
+    """QUANT-TOL (spec/quant.md): the GEMMs' atol scale M = |a_deq| @ |b_deq| ([M, K] and [K, N])."""
+    return a_deq.detach().cpu().double().abs() @ b_deq.detach().cpu().double().abs()
+
+
+SCALING_RULES = SCALING_RULES + (pair_scale, angle_scale, gemm_scale)

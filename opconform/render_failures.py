@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from conformance import failure_record
+from conformance import failure_record, statistics
 from opconform import report as rep
 
 
@@ -58,6 +58,8 @@ def _entry(result: dict, *, bullet: str, sub: str, code, fence: bool) -> list[st
     verdict, *rest = failure_lines(result) or [result["nodeid"]]
     rest = [line.strip() for line in rest if not line.lstrip().startswith("rerun:")]
     lines = [f"{bullet}{code(verdict)}"]
+    stats = statistics.line(result.get("statistics"))  # TOL-STATISTICS: beside the verdict
+    lines += [f"{sub}{stats}"] if stats else []
     if fence and rest:
         lines += ["    ```text", *[f"    {line}" for line in rest], "    ```"]
     else:
@@ -96,7 +98,9 @@ def notes(document: dict, *, bullet: str, code, fence: bool, heading: str = "") 
             for result in cause.failures:
                 verdict, *_ = failure_lines(result) or [result["nodeid"]]
                 rerun = (result.get("failure") or {}).get("rerun")
+                stats = statistics.line(result.get("statistics"))
                 lines.append(f"{entry}{code(verdict)}")
+                lines += [f"{sub}{stats}"] if stats else []
                 lines += [f"{sub}rerun: {code(rerun)}"] if rerun else []
     return lines
 
@@ -120,9 +124,11 @@ def html_parts(document: dict) -> list[str]:
             parts.append(f"<h3>{esc(cause_title(cause))}</h3>")
             for result in cause.failures:
                 verdict, *rest = failure_lines(result) or [result["nodeid"]]
+                stats = statistics.line(result.get("statistics"))
                 parts.append(
                     f"<details class='failure'><summary>{esc(verdict)}</summary>"
-                    f"<p>{esc(result['nodeid'])}: {esc('; '.join(failure_facts(result, rel=True)))}</p>"
+                    + (f"<p class='statistics'>{esc(stats)}</p>" if stats else "")
+                    + f"<p>{esc(result['nodeid'])}: {esc('; '.join(failure_facts(result, rel=True)))}</p>"
                     f"<pre>{esc(chr(10).join(line.strip() for line in rest))}</pre></details>"
                 )
         parts.append("</div>")

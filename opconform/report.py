@@ -16,6 +16,7 @@ from conformance import failure_record, results
 from conformance.harness import ordering
 from conformance.results import SCHEMA, Outcome
 from conformance.spec_index import DIRECT, MUST, SHOULD, load_clauses
+from opconform import ratios
 
 # Cell and case states, most severe first: a cell shows the most severe state of its cases.
 CRASH, TIMEOUT, FAIL, SHOULD_FAIL, EXPECTED, XPASS, PASS, SKIP, NOT_IMPLEMENTED = (
@@ -299,7 +300,7 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         merged["warnings"] += [f"{name}: {w}" for w in document.get("warnings") or []]
         records: dict[str, list[dict]] = defaultdict(list)  # a case may have call and teardown records
         for result in document["results"]:
-            records[_case_key(result)].append({**result, "run": name})
+            records[ratios.node_key(result)].append({**result, "run": name})
         for nodeid, now in records.items():
             was = cases.get(nodeid)
             states = (
@@ -320,15 +321,10 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
     return merged
 
 
-def _case_key(result: dict) -> str:
-    """A case: its node id, and its model in a profile run (the generic case is another one)."""
-    return result["nodeid"] + (f" [{result['model']}]" if result.get("model") else "")
-
-
 def diff(old: dict, new: dict) -> dict:
-    """Case by case: new failures (regressions), fixes, changed skips, and added/removed cases."""
-    before = {_case_key(r): r for r in old["results"]}
-    after = {_case_key(r): r for r in new["results"]}
+    """Case by case: new failures (regressions), fixes, changed skips, and added/removed cases. Runs of
+    different backend@device columns pair their cases without backend and device (ratios.keyed)."""
+    before, after, _ = ratios.keyed(old["results"], new["results"])
     keys = ("new failures", "new SHOULD failures", "fixes", "changed", "added", "removed")
     changes: dict[str, list[dict]] = {k: [] for k in keys}
     for key in sorted(before.keys() | after.keys()):

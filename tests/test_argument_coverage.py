@@ -44,6 +44,55 @@ HOLDOUTS: dict[tuple[str, str, str], str] = {
         for op in ("write_kv_cache", "paged_attention")
         for scale in ("k_scale", "v_scale")
     },
+    # --- quant (spec/quant.md): the operands' dtypes are the contract; the field's quant kernels take
+    # contiguous tensors (vLLM's TORCH_CHECK(input.is_contiguous()), QUANT-INT8-SCALE's Sources) ---
+    **{
+        (
+            op,
+            argument,
+            "dtype",
+        ): "int8 / fp8 / int32-packed operands and float32 scales by contract (QUANT-ERRORS)"
+        for op, argument in (
+            ("int8_scaled_mm", "a"),
+            ("int8_scaled_mm", "b"),
+            ("int8_scaled_mm", "scale_a"),
+            ("int8_scaled_mm", "scale_b"),
+            ("fp8_quant", "scale"),
+            ("fp8_block_scaled_mm", "a_scales"),
+            ("fp8_block_scaled_mm", "b_scales"),
+            ("fp8_fn_to_fnuz", "weight"),
+            ("fp8_fn_to_fnuz", "weight_scale"),
+            ("fp8_fn_to_fnuz", "input_scale"),
+            ("w4a16_mm", "qweight"),
+            ("w4a16_mm", "qzeros"),
+        )
+    },
+    **{
+        (op, argument, "layout"): "contiguous: the field's quant kernels check it (spec/quant.md)"
+        for op, argument in (
+            ("dynamic_int8_quant", "x"),
+            ("fp8_quant", "x"),
+            ("fp8_quant", "scale"),
+            ("fp8_group_quant", "x"),
+            ("int8_scaled_mm", "a"),
+            ("int8_scaled_mm", "bias"),
+            ("int8_scaled_mm", "scale_a"),
+            ("int8_scaled_mm", "scale_b"),
+            ("fp8_block_scaled_mm", "a"),
+            ("fp8_block_scaled_mm", "b"),
+            ("fp8_block_scaled_mm", "a_scales"),
+            ("fp8_block_scaled_mm", "b_scales"),
+            ("fp8_fn_to_fnuz", "weight"),
+            ("fp8_fn_to_fnuz", "weight_scale"),
+            ("fp8_fn_to_fnuz", "input_scale"),
+            ("w4a16_mm", "x"),
+            ("w4a16_mm", "qweight"),
+            ("w4a16_mm", "scales"),
+            ("w4a16_mm", "qzeros"),
+        )
+    },
+    ("fp8_block_scaled_mm", "block_size", "value"): "[128, 128], the weight_block_size of every released "
+    "block-fp8 checkpoint (QUANT-FP8-BLOCK-MM)",
 }
 # The second rule: a config-reading op's properties pass configs that leave out each optional field
 # (a wrapper's own default is where it goes wrong). (op, argument) -> (the clause naming the field's

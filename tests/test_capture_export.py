@@ -56,9 +56,13 @@ def test_exported_bin_cases_round_trip_and_a_wrong_output_fails(tmp_path):
     )
     document, problems = judge_outputs(tmp_path / "cases", tmp_path / "right")
     assert problems == [] and {c.outcome for c in document.results} == {Outcome.PASSED}
+    # TOL-STATISTICS: each judged case keeps its statistics, a failure its failing comparison's.
+    assert {c.statistics["dtypes"]["float32"]["elements"] for c in document.results} == {4 * 64}
     _write_outputs(tmp_path / "cases", tmp_path / "wrong", lambda i, o: torch.nn.functional.gelu(i["x"]))
     document, _ = judge_outputs(tmp_path / "cases", tmp_path / "wrong")
     assert [c.failure.clause for c in document.results] == ["ACT-GELU-VARIANTS"] * 3
+    for case in document.results:
+        assert case.statistics["dtypes"]["float32"]["max_abs_error"] == case.failure.largest_abs_error
 
 
 def test_safetensors_export_from_a_capture(tmp_path):

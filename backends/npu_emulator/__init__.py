@@ -17,6 +17,7 @@ from backends.npu_emulator.kv_cache import (
 )
 from backends.npu_emulator.moe import npu_moe_gating_top_k, npu_moe_gating_top_k_softmax
 from backends.npu_emulator.norms import npu_add_rms_norm, npu_rms_norm
+from backends.npu_emulator.quant import npu_dynamic_quant, npu_quant_matmul
 from backends.npu_emulator.rope import npu_apply_rotary_pos_emb, npu_mrope, npu_rotary_mul
 
 __all__ = ["npu_geglu", "npu_swiglu", "npu_gelu", "npu_fast_gelu", "npu_fused_infer_attention_score"]
@@ -25,3 +26,4 @@ __all__ += ["npu_rotary_mul", "npu_mrope", "npu_apply_rotary_pos_emb"]
 __all__ += ["npu_scatter_pa_kv_cache", "npu_scatter_nd_update_", "_npu_reshape_and_cache"]
 __all__ += ["npu_rms_norm", "npu_add_rms_norm"]
 __all__ += ["npu_fused_infer_attention_score_v2", "_npu_paged_attention"]
+__all__ += ["npu_dynamic_quant", "npu_quant_matmul"]

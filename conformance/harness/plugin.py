@@ -232,7 +232,7 @@ def pytest_runtest_call(item):
     peer = selection.is_peer(backend)
     adjusted = profiles.adjusted(getattr(item, "obj", None), unshrunk=declared, peer=peer,
                                  profile=run and run.profile)  # fmt: skip
-    with adjusted, returns.checked(item, backend):
+    with adjusted, returns.checked(item, backend), recorder.statistics_of(item):
         return (yield)
 
 

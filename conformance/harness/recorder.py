@@ -8,6 +8,7 @@ document at the end of the session.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import sys
 import time
@@ -15,7 +16,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conformance import errors, failure_record, rerun, results, spec_index
+from conformance import errors, failure_record, rerun, results, spec_index, statistics
 from conformance import expectations as manifests
 from conformance.harness import failure_capture, levels, model_profile
 from conformance.harness.activation import state
@@ -24,6 +25,7 @@ from conformance.results import Case, ExpectationVerdict, Failure, Outcome
 INFO = "opconform"  # user_properties key: the case's backend, device, op, clauses, dtype
 CASE = "opconform_case"  # user_properties key: failure and expectation verdict of the case
 COLLECTED = "opconform_collected"  # xdist workeroutput key: what the worker collected (note_collection)
+STATISTICS = pytest.StashKey[statistics.Collector]()  # the running case's comparisons (TOL-STATISTICS)
 
 
 def dtype_name(dtype) -> str | None:
@@ -122,11 +124,20 @@ def first_exception(exc: BaseException | None) -> BaseException | None:
     return exc
 
 
+@contextlib.contextmanager
+def statistics_of(item):
+    """While the case's call runs: the statistics of its comparisons against the oracle."""
+    with statistics.collecting() as collector:
+        item.stash[STATISTICS] = collector
+        yield
+
+
 def record_call(item, call, report) -> None:
     """Attach the failure facts and the verdict of the expectations (other than ``unsupported``,
     applied at setup) to the call report; a declared failure becomes an expected failure."""
     info = dict(dict(item.user_properties)[INFO])
     case: dict = {}
+    error = None
     if report.failed:
         exc = call.excinfo.value if call.excinfo else None
         error = errors.conformance_error(exc)
@@ -143,6 +154,10 @@ def record_call(item, call, report) -> None:
             case["failure"]["error"] = str(raised)
         if not failure_capture.shorten(item.config, report, case["failure"], call.excinfo):
             report.sections.append(("opconform rerun", command))
+    # A failure keeps its failing comparison's statistics only (none for a metamorphic one).
+    record = statistics.case_record(None if report.failed else item.stash.get(STATISTICS, None), error)
+    if record is not None:
+        case["statistics"] = record
     entries = matching(item.config, item.nodeid, info, "yes")
     if entries:
         largest = case.get("failure", {}).get("largest_abs_error")

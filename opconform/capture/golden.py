@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from conformance import statistics
 from conformance.errors import ConformanceError
 from conformance.results import Case, Document, Failure, Outcome, assign_levels, read_json
 from opconform.capture.export import CASE_FORMAT, CASE_SCHEMA
@@ -108,17 +109,20 @@ def judge_case(folder: Path, outputs_dir: Path, source: str) -> Case:
         nodeid=f"{nodeid}::{case['op']}", backend=source, device="-", op=case["op"], clauses=[clause]
     )
     context = f"case {folder.name} ({case.get('origin')}): {case['op']}"
+    collector = None
     try:
-        compare(row, inputs, case.get("options") or {}, outputs, context=context)
+        with statistics.collecting() as collector:  # TOL-STATISTICS, beside the verdict
+            compare(row, inputs, case.get("options") or {}, outputs, context=context)
     except ConformanceError as exc:
         failure = Failure(
             clause=exc.clause, dtype=dtype, largest_abs_error=exc.max_abs_error,
             largest_rel_error=exc.max_rel_error, message=str(exc), largest_violation=exc.violation,
         )  # fmt: skip
-        return Case(outcome=Outcome.FAILED, dtype=dtype, failure=failure, message=str(exc), **fields)
+        return Case(outcome=Outcome.FAILED, dtype=dtype, failure=failure, message=str(exc),
+                    statistics=statistics.case_record(collector, exc), **fields)  # fmt: skip
     except (TypeError, ValueError) as exc:  # a recorded option the oracle refuses
         return Case(outcome=Outcome.SKIPPED, reason=f"{folder / 'case.json'}: {exc}", **fields)
-    return Case(outcome=Outcome.PASSED, dtype=dtype, **fields)
+    return Case(outcome=Outcome.PASSED, dtype=dtype, statistics=statistics.case_record(collector), **fields)
 
 
 def judge_outputs(cases_dir, outputs_dir, *, source: str = "harness") -> tuple[Document, list[str]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from backends import not_implemented_reason
+from conformance import statistics
 from conformance.checks import assert_close
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason
 from conformance.errors import ConformanceError
@@ -154,10 +155,12 @@ def judged(
     node id, column and op); ``command`` is the failure's rerun line, ``example`` its arguments."""
     dtype = row.tolerance_dtype(inputs)
     dtype = None if dtype is None else str(dtype).removeprefix("torch.")
+    collector = None
     try:
         if rerun is not None:
             outputs = rerun()
-        compare(row, inputs, options, outputs, context=context, device=device)
+        with statistics.collecting() as collector:  # TOL-STATISTICS, beside the verdict
+            compare(row, inputs, options, outputs, context=context, device=device)
     except ConformanceError as exc:
         failure = Failure(
             clause=exc.clause,
@@ -172,6 +175,7 @@ def judged(
         return make_case(
             outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
             failure=failure, message=str(exc), start=start, duration=time.time() - start,
+            statistics=statistics.case_record(collector, exc),
         )  # fmt: skip
     except Exception as exc:  # the backend's own error on a recorded input, or a bad recorded argument
         error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
@@ -185,7 +189,7 @@ def judged(
         return make_case(outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
                          failure=failure, message=failure.message, start=start)  # fmt: skip
     return make_case(outcome=Outcome.PASSED, clauses=[row.clause], dtype=dtype, start=start,
-                     duration=time.time() - start)  # fmt: skip
+                     duration=time.time() - start, statistics=statistics.case_record(collector))  # fmt: skip
 
 
 def selected(entries: list, cases, folder) -> list:

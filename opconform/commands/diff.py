@@ -1,12 +1,13 @@
 """``opconform diff``: new failures (with rerun commands), new SHOULD failures, fixes, changed skips,
 added and removed cases between two reports; exit 1 on a regression (with --strict, a new SHOULD
-failure is one)."""
+failure is one). Then each paired case's error ratios, NEW's over OLD's against the oracle
+(opconform.ratios: reported, never judged)."""
 
 from __future__ import annotations
 
 import argparse
 
-from opconform import report
+from opconform import ratios, report
 from opconform.commands import help_for
 
 HELP = help_for("diff")
@@ -35,4 +36,6 @@ def run(args: argparse.Namespace) -> int:
                 print(f"    rerun: {item['rerun']}")
     if not any(changes.values()):
         print("no changes")
+    for line in ratios.lines(ratios.error_ratios(old, new)):
+        print(line)
     return 1 if changes["new failures"] or (args.strict and changes["new SHOULD failures"]) else 0

@@ -27,7 +27,18 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-FAMILIES = ("activations", "norms", "masks", "attention", "serving", "kv_cache", "rope", "moe", "scheduler")
+FAMILIES = (
+    "activations",
+    "norms",
+    "masks",
+    "attention",
+    "serving",
+    "kv_cache",
+    "rope",
+    "moe",
+    "scheduler",
+    "quant",
+)
 NEEDS = ("past", "odd", "has", "below")
 
 
