@@ -10,7 +10,9 @@ reduced as it is read: each case's state as one letter and its reason as a numbe
 table of cases shared by all runs; the full cells and failure records are read (a second time)
 only from each product's latest run. Diffs between runs are ``opconform.report.diff``'s
 categories, read from a table of every state transition computed by ``report.diff`` itself
-(``transitions``), so the site's diffs and ``opconform diff`` cannot disagree.
+(``transitions``), so the site's diffs and ``opconform diff`` cannot disagree on runs of the same
+columns (cases paired by node id). ``opconform diff`` of two runs of different columns (an NPU and
+a GPU run) pairs their cases without backend and device (``ratios.keyed``); the site does not.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from conformance.results import ResultsError
-from opconform import render
+from opconform import ratios, render
 from opconform import report as rep
 
 # The product tuple's fields that name one run, not the product (the suite's version, its commit,
@@ -242,7 +244,7 @@ def _reduce(site: Site, document: dict, matrix: rep.Matrix, name: str, position:
             products[column], counts[column], records[column] = product_id, Counter(), {}
         counts[column][rep.case_state(result)] += 1
         # report.diff keeps a case's last record (setup, call, teardown): so does the table.
-        records[column][site.case(rep._case_key(result), column, result.get("clauses") or [])] = result
+        records[column][site.case(ratios.node_key(result), column, result.get("clauses") or [])] = result
     columns, reruns = {}, {}
     for column, held in records.items():
         indices = array("I", sorted(held))

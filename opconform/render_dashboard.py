@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import re
 
-from opconform import render
+from opconform import ratios, render
 from opconform import render_failures as failures
 from opconform import report as rep
 from opconform.dashboard import CODE, STATE, Product, Run, Site, diff_runs
@@ -126,7 +126,7 @@ def _regressions(site: Site, table: dict) -> list[str]:
             f"in their latest run ({must} of them MUST failures), most first.</p>"
         )
     for must, should_count, product, (old, new_run), new, should in found:
-        by_key = {rep._case_key(r): r for r in product.latest.get("failures", [])}
+        by_key = {ratios.node_key(r): r for r in product.latest.get("failures", [])}
         parts.append(
             f"<div class='regress' data-product='{esc(product.id)}'><h3><a href='{product_page(product)}'>"
             f"{esc(product.label)}</a>: {must} new MUST failure{'s' * (must != 1)}, {should_count} new "
