@@ -13,6 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
+from opconform import dashboard
 from opconform.commands import help_for, usage_error, writable_dir
 
 HELP = help_for("dashboard")
@@ -45,9 +46,9 @@ def _earlier_site(out: Path, overwrite: bool) -> str | list[Path]:
     return held
 
 
-def write(site, out: Path) -> list[Path]:
+def write(site: dashboard.Site, out: Path) -> list[Path]:
     """Every page and data file of the site into ``out``."""
-    from opconform import dashboard, render_dashboard, render_dashboard_data
+    from opconform import render_dashboard, render_dashboard_data
 
     table = dashboard.transitions()
     pages = {**render_dashboard.pages(site, table), "diff.html": render_dashboard_data.diff_html(site)}
@@ -59,8 +60,6 @@ def write(site, out: Path) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from opconform import dashboard
-
     out = Path(args.out)
     held = _earlier_site(out, args.overwrite)
     if isinstance(held, str):
@@ -70,8 +69,11 @@ def run(args: argparse.Namespace) -> int:
     why = writable_dir(out)
     if why:
         return usage_error("dashboard", f"--out {out}: cannot write there: {why}")
-    for path in held:
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for path in held:  # the earlier dashboard's pages and data/, nothing else (_earlier_site)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     written = write(site, out)
     size = sum(p.stat().st_size for p in written)
     seconds = time.perf_counter() - started
