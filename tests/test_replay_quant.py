@@ -81,7 +81,8 @@ def test_a_correct_int8_gemm_passes_and_the_wrong_ones_fail(out_dtype):
         mutants.OutputFloat32(): "QUANT-W8A8-DTYPE",
     }
     for mutant, clause in wrong.items():
-        assert clause in mutant.clauses or mutant.clauses <= {"QUANT-W8A8-BIAS"}, mutant.name
+        # a recorded call cannot tell -BIAS from the formula it refines: the bias bug fails MM here
+        assert clause in mutant.clauses | {"QUANT-W8A8-MM"}, mutant.name
         assert _verdict("int8_scaled_mm", *_mm_call(mutant, out_dtype)) == clause, mutant.name
 
 
