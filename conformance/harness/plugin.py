@@ -27,6 +27,7 @@ from conformance import options, promises, rerun, returns, spec_index
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device
 from conformance.harness import (
     activation,
+    cards,
     failfast,
     failure_capture,
     levels,
@@ -43,10 +44,9 @@ from conformance.harness.activation import state
 # pytest's exit status when a --device device is absent (its own are 0-5); `opconform run` exits 3 then
 EXIT_DEVICE_ABSENT = 6
 
-# Third-party noise in a run of the suite, not findings: torch's own jit deprecation, diffusers
-# passing copy=False to numpy 2 through a torch tensor (1,200 per run), and the eager `flex`
-# backend, which runs FlexAttention unfused on purpose. Added to pytest's filters when the plugin
-# activates, wherever the run starts; the checkout's conftest.py adds them for the self-tests.
+# Third-party noise, not findings: torch's jit deprecation, diffusers passing copy=False to numpy 2
+# (1,200 per run), the eager `flex` backend running FlexAttention unfused on purpose. Added when the
+# plugin activates, wherever the run starts; the checkout's conftest.py adds them for the self-tests.
 WARNING_FILTERS = (
     "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
     "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning",
@@ -61,7 +61,9 @@ def _registry():
     return backends
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser, pluginmanager):
+    if not pluginmanager.is_registered(cards):  # its -n auto hook runs before pytest_configure
+        pluginmanager.register(cards, "opconform-cards")
     group = parser.getgroup("opconform")
     group.addoption(
         "--backend",
@@ -83,7 +85,9 @@ def pytest_addoption(parser):
         action="append",
         default=[],
         metavar="NAME",
-        help=f"device type to test on (repeatable; one of {KNOWN_DEVICE_TYPES}; default: every present one)",
+        help=f"device to test on (repeatable; one of {KNOWN_DEVICE_TYPES}; cuda/npu: every visible "
+        "card, cuda:1 or npu:0,1: those cards of the visible list, one xdist worker each; default: "
+        "every present type)",
     )
     group.addoption("--opconform-json", default=None, metavar="PATH",
                     help="write every case's outcome, clauses, backend and device as JSON")  # fmt: skip
@@ -185,6 +189,9 @@ def activate(config) -> None:
     watchdog.activate(config)  # a worker's side files for the watchdog
     exit_gc.register(config)
     run = activation.State(selection.backends(config), selection.devices(config), profile=profile)
+    run.cards = selection.cards(config)
+    run.card = cards.this_process(config, run.cards)
+    run.pins = cards.pins(config, run.card)
     run.loaded_profile = loaded
     signatures.check_loaded(config, run.backends)  # one line per mismatched op, printed now
     selection.check_unavailable(run.backends, [d for d in run.devices if not absent_reason(d)])
@@ -275,7 +282,8 @@ def pytest_generate_tests(metafunc):
     activate(config)
     run = state(config)
     chosen = selection.scoped(_focused(metafunc, run.backends), metafunc.definition.iter_markers("clause"))
-    pairs = [(b, as_device(d)) for b in chosen for d in run.devices]
+    on = [as_device(cards.torch_device_name(d, run.card, config)) for d in run.devices]  # DEV-CARDS
+    pairs = [(b, d) for b in chosen for d in on]
     argnames = ["backend", "device"] if "device" in metafunc.fixturenames else ["backend"]
     values = [pair if len(argnames) == 2 else pair[:1] for pair in pairs]
     ids = [f"{b.name}-{d.type}" if len(argnames) == 2 else b.name for b, d in pairs]

@@ -60,7 +60,7 @@ def case_info(item) -> dict:
     op_mark = item.get_closest_marker("op")
     info = {
         "backend": getattr(backend, "name", None),
-        "device": getattr(device, "type", None),
+        "device": state(item.config).card.get(getattr(device, "type", None), getattr(device, "type", None)),
         "op": op_mark.args[0] if op_mark else None,
         "clauses": [c for mark in item.iter_markers("clause") for c in mark.args],
         # Known when the test is parametrized by dtype; Hypothesis tests draw it per example.
@@ -354,6 +354,7 @@ class ResultsRecorder:
                 "args": list(self.config.invocation_params.args),
                 "strict": levels.strict(self.config),
                 "absent_devices": dict(self.run.absent),
+                "cards": dict(sorted(self.run.pins.items())),  # DEV-CARDS: card label -> physical id
                 "warnings": self.warnings(expectations) + incomplete_warning(exitstatus),
             },
             backends=[b.name for b in self.run.backends],
