@@ -24,6 +24,8 @@ SCHEMA = "opconform-results"
 # 4: levels (spec/README.md, Levels): a case's ``level`` (MUST or SHOULD), outcome
 #    "failed (SHOULD)", the clauses table's ``level`` and ``kind``, ``strict``. An older report is
 #    read with the levels of this opconform's spec (``upgrade_levels``).
+# Any version may hold ``product`` (spec/devices.md, DEV-PRODUCT) and ``cards`` (DEV-CARDS):
+#    optional fields, so a reader of any version reads them or goes without.
 VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)
 
@@ -171,9 +173,19 @@ class Document:
             meta={k: v for k, v in data.items() if k not in known},
             models=_models(data, source),
         )
+        _product(data, source)
         if document.version < 4:
             upgrade_levels(document)
         return document
+
+
+def _product(data: dict, source: str) -> None:
+    """DEV-PRODUCT (spec/devices.md): ``product``, a flat object of strings, optional in any version
+    (a report written before it has none: readers take ``{}``)."""
+    product = _typed(data, "product", dict, source) or {}
+    bad = [k for k, v in product.items() if not isinstance(v, str)]
+    if bad:
+        raise ResultsError(f"{source}: field 'product': {bad[0]!r}: expected a string")
 
 
 def _models(data: dict, source: str) -> dict:

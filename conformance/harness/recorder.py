@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conformance import errors, failure_record, rerun, results, spec_index
+from conformance import errors, failure_record, product, rerun, results, spec_index
 from conformance import expectations as manifests
 from conformance.harness import failure_capture, levels, model_profile
 from conformance.harness.activation import state
@@ -355,6 +355,7 @@ class ResultsRecorder:
                 "strict": levels.strict(self.config),
                 "absent_devices": dict(self.run.absent),
                 "cards": dict(sorted(self.run.pins.items())),  # DEV-CARDS: card label -> physical id
+                "product": product.collect(self.run.cards),  # DEV-PRODUCT
                 "warnings": self.warnings(expectations) + incomplete_warning(exitstatus),
             },
             backends=[b.name for b in self.run.backends],

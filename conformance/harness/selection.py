@@ -87,6 +87,8 @@ def cards(config) -> dict[str, list[int]]:
     """Type -> the card indices ``--device`` chooses, checked against the visible cards (DEV-CARDS)."""
     from conformance.harness.cards import chosen
 
+    if hasattr(config, "workerinput"):  # checked by the controller; a worker sees only its own card
+        return {}
     try:
         return chosen(config.getoption("device") or present_devices())
     except DeviceError as exc:
