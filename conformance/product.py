@@ -111,6 +111,17 @@ def collect(cards: dict[str, list[int]] | None = None) -> dict[str, str]:
     return product
 
 
+def line(product: dict | None) -> str:
+    """The tuple as one line, its empty components left out (the report's and matrix's header)."""
+    return ", ".join(f"{k} {v}" for k, v in (product or {}).items() if v)
+
+
+def differing(tuples: list[dict]) -> list[str]:
+    """The keys whose values differ between ``tuples`` (none: one product)."""
+    keys = dict.fromkeys(k for t in tuples for k in t)
+    return [k for k in keys if len({t.get(k) or "" for t in tuples}) > 1]
+
+
 def label(product: dict, keys: list[str]) -> str:
     """A column's product label: the ``keys`` (those that differ between merged runs) and values."""
     return " ".join(f"{k}={product.get(k) or '-'}" for k in keys)

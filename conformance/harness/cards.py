@@ -5,8 +5,8 @@ torch or torch_npu initialise there), and ``-n auto`` starts one worker per card
 the card its process ran on (``npu:3``, an index into the caller's visible list) and the document
 the physical id that index named (``meta["cards"]``).
 
-Registered by the plugin at ``pytest_addoption`` (``pytest_xdist_auto_num_workers`` runs before
-``pytest_configure``); the xdist hooks are optional, so a run without xdist loads it too.
+Its hooks are imported into the plugin's module (``pytest_xdist_auto_num_workers`` runs before
+``pytest_configure``); they are optional, so a run without xdist loads them too.
 """
 
 from __future__ import annotations

@@ -41,6 +41,14 @@ from conformance.harness import model_profile as models
 from conformance.harness import stream as fast_verdict
 from conformance.harness.activation import state
 
+# One xdist worker per card (DEV-CARDS): xdist's hooks, optional, part of this plugin's module.
+from conformance.harness.cards import (  # noqa: F401, E402 - hook implementations, found by name
+    pytest_configure_node,
+    pytest_testnodedown,
+    pytest_xdist_auto_num_workers,
+    pytest_xdist_setupnodes,
+)
+
 # pytest's exit status when a --device device is absent (its own are 0-5); `opconform run` exits 3 then
 EXIT_DEVICE_ABSENT = 6
 
@@ -61,9 +69,7 @@ def _registry():
     return backends
 
 
-def pytest_addoption(parser, pluginmanager):
-    if not pluginmanager.is_registered(cards):  # its -n auto hook runs before pytest_configure
-        pluginmanager.register(cards, "opconform-cards")
+def pytest_addoption(parser):
     group = parser.getgroup("opconform")
     group.addoption(
         "--backend",

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from conformance import devices, options
-from opconform import render, report
+from opconform import fold, render, report
 from opconform.commands import (
     EXIT_DEVICE_ABSENT,
     EXIT_EMPTY,
@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "class)")  # fmt: skip
     parser.add_argument("--model-only", action="store_true",
                         help="with --model or --model-config: skip the generic run")  # fmt: skip
+    parser.add_argument("--fold-cards", action="store_true",
+                        help="one column for a backend's cards that agree; a card that disagrees keeps "
+                             "its own and heads the report")  # fmt: skip
     parser.add_argument("--out", default="opconform-report", metavar="DIR",
                         help="where report.json/.md/.html go (default: %(default)s)")  # fmt: skip
     parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
@@ -252,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
             return status
         documents.append(document)
     document = documents[0] if len(documents) == 1 else report.merge(documents, names=[n for n, _ in runs])
+    if args.fold_cards:
+        document = fold.fold(document)
     written = render.write_outputs(document, out)
     if document["results"] or document.get("absent_devices"):
         print()
