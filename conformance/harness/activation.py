@@ -45,6 +45,7 @@ class State:
     cards: dict[str, list[int]] = field(default_factory=dict)  # type -> chosen card indices (cards.py)
     card: dict[str, str] = field(default_factory=dict)  # type -> this process's card label, "npu:3"
     pins: dict[str, str] = field(default_factory=dict)  # card label -> the physical id it named
+    untested: list[str] = field(default_factory=list)  # warnings: chosen cards no process runs on
     clauses: dict = field(default_factory=dict)
     expectations: list = field(default_factory=list)
     profile: str | None = None  # the suite's profile (rerun lines carry it)

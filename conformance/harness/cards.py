@@ -53,6 +53,7 @@ def pytest_xdist_setupnodes(config, specs):
         return
     import execnet
 
+    run.untested = untested(run.cards, len(specs))
     for i, assignment in enumerate(devices.assign(len(specs), run.cards)):
         env = {**devices.pin_environment(assignment), CARDS_ENV: labels(assignment)}
         specs[i] = execnet.XSpec(str(specs[i]) + "".join(f"//env:{k}={v}" for k, v in env.items()))
@@ -70,6 +71,27 @@ def pytest_testnodedown(node, error):
     run = state(node.config)
     if run is not None:
         run.pins.update(getattr(node, "workeroutput", {}).get(WORKER_PINS) or {})
+
+
+def untested(picked: dict[str, list[int]], workers: int) -> list[str]:
+    """Warnings for the chosen cards no worker runs on (fewer workers than cards)."""
+    return [
+        f"{len(idx)} {kind} cards chosen, {workers} worker(s): "
+        + ", ".join(devices.card_label(kind, i) for i in idx[workers:])
+        + f" not tested (-n {len(idx)} or -n auto)"
+        for kind, idx in picked.items()
+        if len(idx) > workers
+    ]
+
+
+def activate(config, run) -> None:
+    """The run's cards, this process's card, the physical ids, the cards left untested."""
+    from conformance.harness import selection
+
+    run.cards = selection.cards(config)
+    run.card = this_process(config, run.cards)
+    run.pins = pins(config, run.card)
+    run.untested = [] if distributing(config) else untested(run.cards, 1)
 
 
 def labels(assignment: dict[str, int]) -> str:

@@ -41,13 +41,12 @@ from conformance.harness import model_profile as models
 from conformance.harness import stream as fast_verdict
 from conformance.harness.activation import state
 
-# One xdist worker per card (DEV-CARDS): xdist's hooks, optional, part of this plugin's module.
-from conformance.harness.cards import (  # noqa: F401, E402 - hook implementations, found by name
-    pytest_configure_node,
-    pytest_testnodedown,
-    pytest_xdist_auto_num_workers,
-    pytest_xdist_setupnodes,
+# xdist's hooks (DEV-CARDS, optional ones), found by their names in this module.
+pytest_xdist_auto_num_workers, pytest_testnodedown = (
+    cards.pytest_xdist_auto_num_workers,
+    cards.pytest_testnodedown,
 )
+pytest_xdist_setupnodes, pytest_configure_node = cards.pytest_xdist_setupnodes, cards.pytest_configure_node
 
 # pytest's exit status when a --device device is absent (its own are 0-5); `opconform run` exits 3 then
 EXIT_DEVICE_ABSENT = 6
@@ -195,9 +194,7 @@ def activate(config) -> None:
     watchdog.activate(config)  # a worker's side files for the watchdog
     exit_gc.register(config)
     run = activation.State(selection.backends(config), selection.devices(config), profile=profile)
-    run.cards = selection.cards(config)
-    run.card = cards.this_process(config, run.cards)
-    run.pins = cards.pins(config, run.card)
+    cards.activate(config, run)  # DEV-CARDS
     run.loaded_profile = loaded
     signatures.check_loaded(config, run.backends)  # one line per mismatched op, printed now
     selection.check_unavailable(run.backends, [d for d in run.devices if not absent_reason(d)])

@@ -320,7 +320,7 @@ class ResultsRecorder:
         lines = [
             f"requested device {device} is absent ({why}): its cases were skipped"
             for device, why in self.run.absent.items()
-        ]
+        ] + list(self.run.untested)
         unknown = {
             (e["backend"], e["id"].rsplit(":", 1)[0])
             for e in expectations
