@@ -56,7 +56,9 @@ def pytest_xdist_setupnodes(config, specs):
     run.untested = untested(run.cards, len(specs))
     for i, assignment in enumerate(devices.assign(len(specs), run.cards)):
         env = {**devices.pin_environment(assignment), CARDS_ENV: labels(assignment)}
-        specs[i] = execnet.XSpec(str(specs[i]) + "".join(f"//env:{k}={v}" for k, v in env.items()))
+        pinned = execnet.XSpec(str(specs[i]) + "".join(f"//env:{k}={v}" for k, v in env.items()))
+        pinned.id = specs[i].id  # its worker keeps its name (gw0...), already allocated
+        specs[i] = pinned
 
 
 @pytest.hookimpl(optionalhook=True)
