@@ -80,13 +80,30 @@ def _cann() -> str:
     return importlib.import_module("torch_npu.utils").get_cann_version(module="CANN")
 
 
+def software() -> dict[str, str]:
+    """The versions a ``when`` condition reads (DEV-WHEN), without asking any card."""
+    torch = sys.modules.get("torch") or importlib.import_module("torch")
+    cuda_driver = _quiet(
+        lambda: _command("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    )
+    npu_driver = _quiet(lambda: importlib.import_module("torch_npu.utils").get_cann_version(module="DRIVER"))
+    return {
+        "cann": _quiet(_cann),
+        "driver": npu_driver or cuda_driver,
+        "cuda": _quiet(lambda: torch.version.cuda),
+        "torch": torch.__version__,
+        "torch_npu": _quiet(lambda: importlib.import_module("torch_npu").__version__),
+        "python": platform.python_version(),
+        "opconform": _quiet(_suite_version),
+    }
+
+
 def collect(cards: dict[str, list[int]] | None = None) -> dict[str, str]:
     """The tuple of this host; ``cards``: type -> the run's card indices (its first card's chip)."""
     from conformance.devices import absent_reason
 
     cards = cards or {}
-    torch = sys.modules.get("torch") or importlib.import_module("torch")
-    product = dict.fromkeys(KEYS, "")
+    product = {**dict.fromkeys(KEYS, ""), **software()}
     chips, drivers = [], []
     for kind, probe in (("npu", _npu), ("cuda", _cuda)):
         if kind in cards and absent_reason(kind) is None:
@@ -97,15 +114,7 @@ def collect(cards: dict[str, list[int]] | None = None) -> dict[str, str]:
             chips.append(str(name or "").strip())
             drivers.append(str(driver or "").strip())
     product["chip"] = " + ".join(c for c in chips if c) or cpu_model()
-    product["driver"] = " + ".join(d for d in drivers if d)
-    product["cann"] = _quiet(
-        lambda: importlib.import_module("torch_npu.utils").get_cann_version(module="CANN")
-    )
-    product["cuda"] = _quiet(lambda: torch.version.cuda)
-    product["torch"] = torch.__version__
-    product["torch_npu"] = _quiet(lambda: importlib.import_module("torch_npu").__version__)
-    product["python"] = platform.python_version()
-    product["opconform"] = _quiet(_suite_version)
+    product["driver"] = " + ".join(d for d in drivers if d) or product["driver"]
     product["commit"] = _quiet(_suite_commit)
     product["host"] = platform.node()
     return product

@@ -35,6 +35,19 @@ import json
 """
 
 
+WHEN_MANIFEST = """\
+[[expect]]
+clause = "NORM-RMS"
+reason = "intermittent"
+when = "torch >= 1.0 and python >= 3"
+
+[[expect]]
+clause = "NORM-RMS"
+reason = "intermittent"
+when = "cann >= 8.0"
+"""
+
+
 def _run(tmp_path: Path, name: str, *args: str, env: dict[str, str]) -> dict:
     """pytest on the probe with ``args`` and ``env``: its document, output and what each worker saw."""
     folder = tmp_path / name
@@ -56,14 +69,24 @@ def _run(tmp_path: Path, name: str, *args: str, env: dict[str, str]) -> dict:
 def runs(tmp_path_factory) -> dict:
     """The real runs every check below reads (each costs a few seconds: shared)."""
     tmp = tmp_path_factory.mktemp("cards")
+    manifest = tmp / "native.toml"
+    manifest.write_text(WHEN_MANIFEST)
     container = {"CUDA_VISIBLE_DEVICES": "4,5,6,7", devices.TEST_COUNT_ENV: "cuda=3,npu=4"}
     return {
         # bare cuda: every visible card; the list names 4 cards, the runtime exposes 3; -n auto
         "auto": _run(tmp, "auto", "--device=cuda", "-n", "auto", env=container),
         # explicit cards: 2 cuda (more workers: round robin), 4 npu (fewer workers: npu:3 untested)
         "mixed": _run(tmp, "mixed", "--device=cuda:1,2", "--device=npu:0,1,2,3", "-n", "3", env=container),
-        # one process: the chosen card by index, no pinning
-        "single": _run(tmp, "single", "--device=cuda:2", "-p", "no:xdist", env=container),
+        # one process: the chosen card by index, no pinning; entries with version conditions
+        "single": _run(
+            tmp,
+            "single",
+            "--device=cuda:2",
+            "-p",
+            "no:xdist",
+            f"--opconform-expectations={manifest}",
+            env=container,
+        ),  # fmt: skip
         # an index past the visible cards
         "bad": _run(tmp, "bad", "--device=cuda:3", "-n", "2", env=container),
     }
@@ -139,3 +162,15 @@ def test_a_bad_index_is_one_usage_line(runs):
     assert proc.returncode == 4 and not runs["bad"]["document"], proc.stdout[-2000:]
     assert "ERROR: --device cuda:3: no card 3: 3 cuda card(s) visible" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_an_expectation_applies_only_to_its_versions(runs):
+    """DEV-WHEN: the entry whose condition holds applies (its cases were skipped: stale, not "not
+    applicable"); the one naming CANN, absent here, does not, and says why."""
+    statuses = {e["when"]: e for e in runs["single"]["document"]["expectations"] if e.get("when")}
+    assert statuses["torch >= 1.0 and python >= 3"]["status"] != "not applicable"
+    entry = statuses["cann >= 8.0"]
+    assert (
+        entry["status"] == "not applicable"
+        and entry["why"] == "when 'cann >= 8.0' is false here (cann absent)"
+    )

@@ -48,6 +48,7 @@ class State:
     untested: list[str] = field(default_factory=list)  # warnings: chosen cards no process runs on
     clauses: dict = field(default_factory=dict)
     expectations: list = field(default_factory=list)
+    inapplicable: list = field(default_factory=list)  # (entry, why): entries whose ``when`` is false
     profile: str | None = None  # the suite's profile (rerun lines carry it)
     loaded_profile: str | None = None  # the one loaded for its tests (with --hypothesis-verbosity)
     # What the run collected before deselection (recorder.note_collection); None until known.

@@ -23,7 +23,7 @@ from hypothesis import settings
 import conformance.harness.exit_gc as exit_gc
 import conformance.signatures as signatures
 from conformance import expectations as manifests
-from conformance import options, promises, rerun, returns, spec_index
+from conformance import options, product, promises, rerun, returns, spec_index
 from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device
 from conformance.harness import (
     activation,
@@ -206,7 +206,8 @@ def activate(config) -> None:
         paths = [*([builtin] if builtin else []), *config.getoption("opconform_expectations")]
         # A path given twice (the built-in directory passed explicitly) is loaded once.
         unique = list(dict.fromkeys(str(Path(p).resolve()) for p in paths))
-        run.expectations = manifests.load_manifests(unique, known_clauses=run.clauses)
+        loaded = manifests.load_manifests(unique, known_clauses=run.clauses)
+        run.expectations, run.inapplicable = manifests.applying(loaded, product.software)  # DEV-WHEN
     except (OSError, ValueError) as exc:  # a missing spec, a bad spec or a bad manifest
         raise pytest.UsageError(str(exc)) from exc
     for line in WARNING_FILTERS:

@@ -289,6 +289,8 @@ class ResultsRecorder:
             else:  # matched cases that passed with a dtype the entry may not cover
                 data["status"] = "matched"
             status.append(data)
+        for entry, why in self.run.inapplicable:  # DEV-WHEN: not these versions
+            status.append({**entry.as_dict(), "status": "not applicable", "why": why})
         return status
 
     def deselected(self, entry) -> bool:
