@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,9 @@ def _run(tmp_path: Path, name: str, *args: str, env: dict[str, str]) -> dict:
     (folder / "seen").mkdir(parents=True)
     (folder / "test_probe.py").write_text(PROBE)
     report = folder / "out.json"
-    environment = {k: v for k, v in os.environ.items() if k not in devices.VISIBLE_ENV.values()}
+    # Not the caller's cards, nor its xdist worker's name (when these tests run under -n).
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in devices.VISIBLE_ENV.values() and not k.startswith("PYTEST_XDIST")}  # fmt: skip
     environment.update(env, SEEN_DIR=str(folder / "seen"))
     environment["PYTHONPATH"] = os.pathsep.join([str(REPO), environment.get("PYTHONPATH", "")])
     command = [sys.executable, "-m", "pytest", "test_probe.py", "-p", "no:randomly", "-p", "no:cacheprovider",
@@ -66,9 +69,14 @@ def _run(tmp_path: Path, name: str, *args: str, env: dict[str, str]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
-    """The real runs every check below reads (each costs a few seconds: shared)."""
-    tmp = tmp_path_factory.mktemp("cards")
+def runs() -> dict:
+    """The real runs every check below reads (each costs a few seconds: shared). Their folder is
+    not pytest's tmp_path: other pytest sessions on the host may prune those while these run."""
+    with tempfile.TemporaryDirectory(prefix="opconform-cards-") as folder:
+        yield _runs(Path(folder))
+
+
+def _runs(tmp: Path) -> dict:
     manifest = tmp / "native.toml"
     manifest.write_text(WHEN_MANIFEST)
     container = {"CUDA_VISIBLE_DEVICES": "4,5,6,7", devices.TEST_COUNT_ENV: "cuda=3,npu=4"}

@@ -46,6 +46,7 @@ class State:
     card: dict[str, str] = field(default_factory=dict)  # type -> this process's card label, "npu:3"
     pins: dict[str, str] = field(default_factory=dict)  # card label -> the physical id it named
     untested: list[str] = field(default_factory=list)  # warnings: chosen cards no process runs on
+    case_devices: list = field(default_factory=list)  # what the cases get per type (cards.torch_devices)
     clauses: dict = field(default_factory=dict)
     expectations: list = field(default_factory=list)
     inapplicable: list = field(default_factory=list)  # (entry, why): entries whose ``when`` is false

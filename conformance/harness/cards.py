@@ -5,8 +5,8 @@ torch or torch_npu initialise there), and ``-n auto`` starts one worker per card
 the card its process ran on (``npu:3``, an index into the caller's visible list) and the document
 the physical id that index named (``meta["cards"]``).
 
-Its hooks are imported into the plugin's module (``pytest_xdist_auto_num_workers`` runs before
-``pytest_configure``); they are optional, so a run without xdist loads them too.
+The plugin's ``pytest_plugins`` loads it (``pytest_xdist_auto_num_workers`` runs before
+``pytest_configure``); its xdist hooks are optional, so a run without xdist loads it too.
 """
 
 from __future__ import annotations
@@ -88,12 +88,19 @@ def untested(picked: dict[str, list[int]], workers: int) -> list[str]:
 
 def activate(config, run) -> None:
     """The run's cards, this process's card, the physical ids, the cards left untested."""
-    from conformance.harness import selection
-
-    run.cards = selection.cards(config)
+    run.cards = {} if hasattr(config, "workerinput") else checked(config)  # a worker sees its card only
     run.card = this_process(config, run.cards)
     run.pins = pins(config, run.card)
     run.untested = [] if distributing(config) else untested(run.cards, 1)
+    run.case_devices = torch_devices(config, run)
+
+
+def checked(config) -> dict[str, list[int]]:
+    """``chosen`` for ``--device`` (default: every present type), a mistake one usage error."""
+    try:
+        return chosen(config.getoption("device") or devices.present_devices())
+    except devices.DeviceError as exc:
+        raise pytest.UsageError(str(exc)) from exc
 
 
 def labels(assignment: dict[str, int]) -> str:
@@ -137,9 +144,10 @@ def distributing(config) -> bool:
     )
 
 
-def torch_device_name(kind: str, card: dict[str, str], config) -> str:
-    """What ``torch.device`` is given for ``kind``: a worker sees only its card (index 0 of its
-    visible list, so the bare type), one process the chosen card's index."""
-    if kind in card and not hasattr(config, "workerinput"):
-        return card[kind]
-    return kind
+def torch_devices(config, run) -> list:
+    """The run's devices as the cases get them: a worker sees only its card (index 0 of its
+    visible list, so the bare type), one process the chosen card by index."""
+    single = not hasattr(config, "workerinput")
+    return [
+        devices.as_device(run.card[kind] if single and kind in run.card else kind) for kind in run.devices
+    ]

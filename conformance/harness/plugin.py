@@ -24,10 +24,9 @@ import conformance.harness.exit_gc as exit_gc
 import conformance.signatures as signatures
 from conformance import expectations as manifests
 from conformance import options, product, promises, rerun, returns, spec_index
-from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device
+from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason
 from conformance.harness import (
     activation,
-    cards,
     failfast,
     failure_capture,
     levels,
@@ -41,15 +40,9 @@ from conformance.harness import model_profile as models
 from conformance.harness import stream as fast_verdict
 from conformance.harness.activation import state
 
-# xdist's hooks (DEV-CARDS, optional ones), found by their names in this module.
-pytest_xdist_auto_num_workers, pytest_testnodedown = (
-    cards.pytest_xdist_auto_num_workers,
-    cards.pytest_testnodedown,
-)
-pytest_xdist_setupnodes, pytest_configure_node = cards.pytest_xdist_setupnodes, cards.pytest_configure_node
-
 # pytest's exit status when a --device device is absent (its own are 0-5); `opconform run` exits 3 then
 EXIT_DEVICE_ABSENT = 6
+pytest_plugins = ["conformance.harness.cards"]  # xdist's hooks (DEV-CARDS), -n auto's before configure
 
 # Third-party noise, not findings: torch's jit deprecation, diffusers passing copy=False to numpy 2
 # (1,200 per run), the eager `flex` backend running FlexAttention unfused on purpose. Added when the
@@ -90,9 +83,7 @@ def pytest_addoption(parser):
         action="append",
         default=[],
         metavar="NAME",
-        help=f"device to test on (repeatable; one of {KNOWN_DEVICE_TYPES}; cuda/npu: every visible "
-        "card, cuda:1 or npu:0,1: those cards of the visible list, one xdist worker each; default: "
-        "every present type)",
+        help=f"device (repeatable; {KNOWN_DEVICE_TYPES}, cuda/npu: every card; npu:3, npu:0,1: those cards)",
     )
     group.addoption("--opconform-json", default=None, metavar="PATH",
                     help="write every case's outcome, clauses, backend and device as JSON")  # fmt: skip
@@ -194,6 +185,8 @@ def activate(config) -> None:
     watchdog.activate(config)  # a worker's side files for the watchdog
     exit_gc.register(config)
     run = activation.State(selection.backends(config), selection.devices(config), profile=profile)
+    from conformance.harness import cards  # loaded as a plugin first (pytest_plugins): its asserts rewritten
+
     cards.activate(config, run)  # DEV-CARDS
     run.loaded_profile = loaded
     signatures.check_loaded(config, run.backends)  # one line per mismatched op, printed now
@@ -286,8 +279,7 @@ def pytest_generate_tests(metafunc):
     activate(config)
     run = state(config)
     chosen = selection.scoped(_focused(metafunc, run.backends), metafunc.definition.iter_markers("clause"))
-    on = [as_device(cards.torch_device_name(d, run.card, config)) for d in run.devices]  # DEV-CARDS
-    pairs = [(b, d) for b in chosen for d in on]
+    pairs = [(b, d) for b in chosen for d in run.case_devices]  # DEV-CARDS
     argnames = ["backend", "device"] if "device" in metafunc.fixturenames else ["backend"]
     values = [pair if len(argnames) == 2 else pair[:1] for pair in pairs]
     ids = [f"{b.name}-{d.type}" if len(argnames) == 2 else b.name for b, d in pairs]

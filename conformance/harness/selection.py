@@ -83,18 +83,6 @@ def devices(config) -> list[str]:
         raise pytest.UsageError(str(exc)) from exc
 
 
-def cards(config) -> dict[str, list[int]]:
-    """Type -> the card indices ``--device`` chooses, checked against the visible cards (DEV-CARDS)."""
-    from conformance.harness.cards import chosen
-
-    if hasattr(config, "workerinput"):  # checked by the controller; a worker sees only its own card
-        return {}
-    try:
-        return chosen(config.getoption("device") or present_devices())
-    except DeviceError as exc:
-        raise pytest.UsageError(str(exc)) from exc
-
-
 def is_peer(backend) -> bool:
     """Whether ``backend`` is one of the built-in peers (``backends.PEERS``), not a user's backend of
     the same name."""
