@@ -182,3 +182,18 @@ def test_an_expectation_applies_only_to_its_versions(runs):
         entry["status"] == "not applicable"
         and entry["why"] == "when 'cann >= 8.0' is false here (cann absent)"
     )
+
+
+def test_a_case_on_a_card_reruns_on_that_card():
+    """DEV-CARDS: the rerun line of a case a process ran on npu:3 names --device=npu:3; a cpu case's
+    names no card."""
+    from types import SimpleNamespace
+
+    from conformance import rerun
+    from conformance.harness import activation
+
+    config = SimpleNamespace(stash=pytest.Stash(), rootpath=REPO)
+    config.stash[activation.STATE] = activation.State(card={"npu": "npu:3"})
+    config.stash[rerun.KINDS] = {"t.py::test_x[native-npu]": "npu", "t.py::test_x[native-cpu]": "cpu"}
+    assert rerun.for_item(config, "t.py::test_x[native-npu]").endswith("--device=npu:3")
+    assert "--device" not in rerun.for_item(config, "t.py::test_x[native-cpu]")
