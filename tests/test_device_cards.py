@@ -79,24 +79,24 @@ def runs() -> dict:
 def _runs(tmp: Path) -> dict:
     manifest = tmp / "native.toml"
     manifest.write_text(WHEN_MANIFEST)
-    container = {"CUDA_VISIBLE_DEVICES": "4,5,6,7", devices.TEST_COUNT_ENV: "cuda=3,npu=4"}
+    container = {"CUDA_VISIBLE_DEVICES": "4,5,6", devices.TEST_COUNT_ENV: "cuda=2,npu=3"}
     return {
-        # bare cuda: every visible card; the list names 4 cards, the runtime exposes 3; -n auto
+        # bare cuda: every visible card; the list names 3 cards, the runtime exposes 2; -n auto
         "auto": _run(tmp, "auto", "--device=cuda", "-n", "auto", env=container),
-        # explicit cards: 2 cuda (more workers: round robin), 4 npu (fewer workers: npu:3 untested)
-        "mixed": _run(tmp, "mixed", "--device=cuda:1,2", "--device=npu:0,1,2,3", "-n", "3", env=container),
+        # explicit cards: 1 cuda (more workers: round robin), 3 npu (fewer workers: npu:2 untested)
+        "mixed": _run(tmp, "mixed", "--device=cuda:1", "--device=npu:0,1,2", "-n", "2", env=container),
         # one process: the chosen card by index, no pinning; entries with version conditions
         "single": _run(
             tmp,
             "single",
-            "--device=cuda:2",
+            "--device=cuda:1,0",
             "-p",
             "no:xdist",
             f"--opconform-expectations={manifest}",
             env=container,
         ),  # fmt: skip
         # an index past the visible cards
-        "bad": _run(tmp, "bad", "--device=cuda:3", "-n", "2", env=container),
+        "bad": _run(tmp, "bad", "--device=cuda:2", "-n", "2", env=container),
     }
 
 
@@ -137,9 +137,9 @@ def test_round_robin_and_untested_cards():
 def test_auto_gives_one_worker_per_visible_card(runs):
     run = runs["auto"]
     document, output = run["document"], run["proc"].stdout
-    assert "created: 3/3 workers" in output, output[-2000:]
-    assert document["cards"] == {"cuda:0": "4", "cuda:1": "5", "cuda:2": "6"}
-    assert sorted(s["CUDA_VISIBLE_DEVICES"] for s in run["seen"].values()) == ["4", "5", "6"]
+    assert "created: 2/2 workers" in output, output[-2000:]
+    assert document["cards"] == {"cuda:0": "4", "cuda:1": "5"}
+    assert sorted(s["CUDA_VISIBLE_DEVICES"] for s in run["seen"].values()) == ["4", "5"]
     recorded = {r["device"] for r in document["results"]}
     assert recorded <= set(document["cards"]) and len(recorded) >= 2, recorded
     assert document["devices"] == ["cuda"]  # the type; its cards in each case and in "cards"
@@ -148,27 +148,28 @@ def test_auto_gives_one_worker_per_visible_card(runs):
 def test_more_workers_round_robin_fewer_leave_cards_untested(runs):
     run = runs["mixed"]
     seen = run["seen"]
-    assert sorted(seen) == ["gw0", "gw1", "gw2"], run["proc"].stdout[-2000:]
-    assert [seen[w]["CUDA_VISIBLE_DEVICES"] for w in ("gw0", "gw1", "gw2")] == ["5", "6", "5"]
-    assert [seen[w]["ASCEND_RT_VISIBLE_DEVICES"] for w in ("gw0", "gw1", "gw2")] == ["0", "1", "2"]
+    assert sorted(seen) == ["gw0", "gw1"], run["proc"].stdout[-2000:]
+    assert [seen[w]["CUDA_VISIBLE_DEVICES"] for w in ("gw0", "gw1")] == ["5", "5"]
+    assert [seen[w]["ASCEND_RT_VISIBLE_DEVICES"] for w in ("gw0", "gw1")] == ["0", "1"]
     document = run["document"]
-    assert document["cards"] == {"cuda:1": "5", "cuda:2": "6", "npu:0": "0", "npu:1": "1", "npu:2": "2"}
+    assert document["cards"] == {"cuda:1": "5", "npu:0": "0", "npu:1": "1"}
     assert {r["device"] for r in document["results"]} <= set(document["cards"])
-    assert "4 npu cards chosen, 3 worker(s): npu:3 not tested (-n 4 or -n auto)" in document["warnings"]
+    assert "3 npu cards chosen, 2 worker(s): npu:2 not tested (-n 3 or -n auto)" in document["warnings"]
     assert set(document["product"]) == set(product.KEYS)
 
 
 def test_one_process_runs_on_the_chosen_card(runs):
     document = runs["single"]["document"]
-    assert document["cards"] == {"cuda:2": "6"}
-    assert {r["device"] for r in document["results"]} == {"cuda:2"}
-    assert runs["single"]["seen"]["main"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"  # never re-pinned
+    assert document["cards"] == {"cuda:1": "5"}  # the first card chosen
+    assert {r["device"] for r in document["results"]} == {"cuda:1"}
+    assert runs["single"]["seen"]["main"]["CUDA_VISIBLE_DEVICES"] == "4,5,6"  # never re-pinned
+    assert "2 cuda cards chosen, 1 worker(s): cuda:0 not tested (-n 2 or -n auto)" in document["warnings"]
 
 
 def test_a_bad_index_is_one_usage_line(runs):
     proc = runs["bad"]["proc"]
     assert proc.returncode == 4 and not runs["bad"]["document"], proc.stdout[-2000:]
-    assert "ERROR: --device cuda:3: no card 3: 3 cuda card(s) visible" in proc.stderr
+    assert "ERROR: --device cuda:2: no card 2: 2 cuda card(s) visible" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
