@@ -80,3 +80,18 @@ def test_fold_cards_folds_agreeing_cards_and_heads_with_the_odd_one():
     assert agreeing["headline"] == [] and rep.build_matrix(agreeing).columns == ["npu@npu:0,1,2,3"]
     two = fold.fold(_document([_case("a", "passed", "npu:0"), _case("b", "failed", "npu:1")]))
     assert len(two["headline"]) == 2  # no majority: both are called out, neither folded
+
+
+def test_the_diff_and_merge_commands_name_the_tuples(tmp_path, capsys):
+    from opconform import cli
+
+    cases = [_case("t.py::test_x[npu-npu]", "passed")]
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(_document(cases, A)))
+    new.write_text(json.dumps(_document(cases, {**A, "cann": "8.5.0"})))
+    assert cli.main(["diff", str(old), str(new)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "product changed (1): cann: 8.0.RC3 -> 8.5.0"
+    assert cli.main(["merge", str(old), str(new), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "npu@npu:0 {cann=8.0.RC3}" in out and "npu@npu:0 {cann=8.5.0}" in out
+    assert "product: chip Ascend910B3, driver 24.1.rc2, cann 8.5.0" in out
