@@ -185,7 +185,11 @@ def test_product_tuple_keys_products(built, tmp_path):
         ("native@cpu", "8.3", ["1111aaa", "2222bbb"]),
         ("native@cpu", "8.5", ["3333ccc"]),
     ]
-    fallback = dashboard.build(built["reports"][:1])
+    real = dashboard.build(built["reports"][:1])  # a real run's tuple: its non-empty components
+    assert all({"chip", "torch", "python"} <= set(p.fields) for p in real.products.values())
+    data.pop("product")  # a report from before the tuple: backend@device with its torch and python
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    fallback = dashboard.build([str(tmp_path / "old.json")])
     assert {tuple(p.fields) for p in fallback.products.values()} == {("torch", "python")}
 
 
