@@ -1,0 +1,122 @@
+"""One headless chromium for many pages: the DevTools protocol over ``--remote-debugging-pipe``
+(file descriptors 3 and 4, NUL-terminated JSON), so the dashboard's browser checks pay one launch
+(about 1.3 CPU-s each) rather than one per page. A page's DOM is read at its load event, as
+``--dump-dom`` reads it; its uncaught exceptions, console errors and failed loads are the
+protocol's events for that page, and chromium's own log (``--enable-logging=stderr``) is kept
+for the caller to search too."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import tempfile
+import time
+
+
+class Page:
+    def __init__(self, dom: str, errors: list[str]):
+        self.dom, self.errors = dom, errors
+
+
+class Browser:
+    def __init__(self, executable: str, *, width: int = 1280, height: int = 800, timeout: float = 60):
+        self.timeout, self.next_id, self.events, self.buffer = timeout, 0, [], b""
+        to_chrome, self.to_chrome = os.pipe()
+        self.from_chrome, from_chrome_w = os.pipe()
+        self.log = tempfile.TemporaryFile()
+
+        def descriptors():  # chromium reads commands on 3 and writes replies on 4
+            os.dup2(to_chrome, 3)
+            os.dup2(from_chrome_w, 4)
+
+        command = [executable, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+                   f"--window-size={width},{height}", "--remote-debugging-pipe", "about:blank"]  # fmt: skip
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
+            preexec_fn=descriptors, pass_fds=(3, 4),
+        )  # fmt: skip
+        os.close(to_chrome)
+        os.close(from_chrome_w)
+        # The window the command line opened (--window-size applies to it): one session on it.
+        (target,) = [t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page"]
+        attached = self.send("Target.attachToTarget", targetId=target["targetId"], flatten=True)
+        self.session = attached["sessionId"]
+        for domain in ("Page", "Runtime", "Log"):
+            self.send(f"{domain}.enable", session=True)
+
+    def send(self, method: str, *, session: bool = False, **params) -> dict:
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = self.session
+        os.write(self.to_chrome, json.dumps(message).encode() + b"\0")
+        reply = self._until(lambda m: m.get("id") == message["id"])
+        if "error" in reply:
+            raise AssertionError(f"chromium: {method}: {reply['error']}")
+        return reply["result"]
+
+    def _until(self, wanted) -> dict:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            while b"\0" in self.buffer:
+                raw, self.buffer = self.buffer.split(b"\0", 1)
+                message = json.loads(raw)
+                if wanted(message):
+                    return message
+                self.events.append(message)
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise AssertionError(f"chromium: no reply in {self.timeout} s:\n{self.stderr()[-2000:]}")
+            chunk = os.read(self.from_chrome, 1 << 16)
+            if not chunk:
+                raise AssertionError(f"chromium closed its pipe:\n{self.stderr()[-2000:]}")
+            self.buffer += chunk
+
+    def open(self, url: str) -> Page:
+        """Load ``url``; its DOM at the load event and the errors its events reported."""
+        self.events = []
+        navigated = self.send("Page.navigate", session=True, url=url)
+        if navigated.get("errorText"):
+            raise AssertionError(f"{url}: {navigated['errorText']}")
+        loaded = [m for m in self.events if m.get("method") == "Page.loadEventFired"]
+        if not loaded:
+            self._until(lambda m: m.get("method") == "Page.loadEventFired")
+        expression = "document.documentElement.outerHTML"
+        dom = self.send("Runtime.evaluate", session=True, expression=expression, returnByValue=True)
+        return Page(dom["result"]["value"], [_error(m) for m in self.events if _error(m)])
+
+    def screenshot(self) -> bytes:
+        """The viewport of the page last opened, as PNG."""
+        return base64.b64decode(self.send("Page.captureScreenshot", session=True, format="png")["data"])
+
+    def stderr(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+        except AssertionError:
+            pass  # already gone: its log says why
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.to_chrome)
+        os.close(self.from_chrome)
+
+
+def _error(message: dict) -> str | None:
+    """The line an error event says (an exception no handler caught, a console.error, a failed load:
+    Log.entryAdded's error entries include "Failed to load resource"), or None for any other."""
+    method, params = message.get("method"), message.get("params", {})
+    if method == "Runtime.exceptionThrown":
+        details = params["exceptionDetails"]
+        return "uncaught: " + (details.get("exception", {}).get("description") or details.get("text", ""))
+    if method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+        return "console.error: " + " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
+    if method == "Log.entryAdded" and params["entry"]["level"] == "error":
+        return f"log: {params['entry']['text']} {params['entry'].get('url', '')}"
+    return None
