@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import subprocess
 import tempfile
 import time
@@ -39,12 +40,27 @@ class Browser:
         )  # fmt: skip
         os.close(to_chrome)
         os.close(from_chrome_w)
+        try:
+            self._attach(timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _attach(self, timeout: float) -> None:
         # The window the command line opened (--window-size applies to it): one session on it.
-        (target,) = [t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page"]
+        deadline = time.monotonic() + timeout
+        while not (pages := [t for t in self._targets() if t["type"] == "page"]):
+            if time.monotonic() > deadline:  # a slow start: the window may come after the pipe opens
+                raise AssertionError(f"chromium opened no page in {timeout} s:\n{self.stderr()[-2000:]}")
+            time.sleep(0.1)
+        target = pages[0]
         attached = self.send("Target.attachToTarget", targetId=target["targetId"], flatten=True)
         self.session = attached["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
             self.send(f"{domain}.enable", session=True)
+
+    def _targets(self) -> list[dict]:
+        return self.send("Target.getTargets")["targetInfos"]
 
     def send(self, method: str, *, session: bool = False, **params) -> dict:
         self.next_id += 1
@@ -66,7 +82,8 @@ class Browser:
                 if wanted(message):
                     return message
                 self.events.append(message)
-            if time.monotonic() > deadline or self.proc.poll() is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.from_chrome], [], [], left)[0]:
                 raise AssertionError(f"chromium: no reply in {self.timeout} s:\n{self.stderr()[-2000:]}")
             chunk = os.read(self.from_chrome, 1 << 16)
             if not chunk:
@@ -97,7 +114,7 @@ class Browser:
     def close(self) -> None:
         try:
             self.send("Browser.close")
-        except AssertionError:
+        except (AssertionError, OSError):
             pass  # already gone: its log says why
         try:
             self.proc.wait(timeout=30)
