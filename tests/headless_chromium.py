@@ -8,6 +8,7 @@ for the caller to search too."""
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import select
@@ -24,19 +25,18 @@ class Page:
 class Browser:
     def __init__(self, executable: str, *, width: int = 1280, height: int = 800, timeout: float = 60):
         self.timeout, self.next_id, self.events, self.buffer = timeout, 0, [], b""
-        to_chrome, self.to_chrome = os.pipe()
-        self.from_chrome, from_chrome_w = os.pipe()
+        # chromium reads commands on descriptor 3 and writes replies on 4: bash puts the pipes there
+        # (a preexec_fn could deadlock in a threaded process, such as an xdist worker), from numbers
+        # of 10 or more, which neither 3 nor 4 can be.
+        to_chrome, self.to_chrome = _high(os.pipe())
+        self.from_chrome, from_chrome_w = _high(os.pipe())
         self.log = tempfile.TemporaryFile()
-
-        def descriptors():  # chromium reads commands on 3 and writes replies on 4
-            os.dup2(to_chrome, 3)
-            os.dup2(from_chrome_w, 4)
-
         command = [executable, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
                    f"--window-size={width},{height}", "--remote-debugging-pipe", "about:blank"]  # fmt: skip
+        redirect = f'exec "$@" 3<&{to_chrome} 4>&{from_chrome_w} {to_chrome}<&- {from_chrome_w}>&-'
         self.proc = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log,
-            preexec_fn=descriptors, pass_fds=(3, 4),
+            ["bash", "-c", redirect, "bash", *command], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=self.log, pass_fds=(to_chrome, from_chrome_w),
         )  # fmt: skip
         os.close(to_chrome)
         os.close(from_chrome_w)
@@ -123,6 +123,14 @@ class Browser:
             self.proc.wait()
         os.close(self.to_chrome)
         os.close(self.from_chrome)
+
+
+def _high(descriptors: tuple[int, int]) -> tuple[int, int]:
+    """The pipe's two ends moved to descriptors numbered 10 or more."""
+    moved = tuple(fcntl.fcntl(d, fcntl.F_DUPFD_CLOEXEC, 10) for d in descriptors)
+    for d in descriptors:
+        os.close(d)
+    return moved
 
 
 def _error(message: dict) -> str | None:
