@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from headless_chromium import Browser
 from report_runs import _env, opconform
 from suite_runner import produced_once
 
@@ -27,9 +28,11 @@ def _produce(root: Path) -> dict:
     """r1 and r2 (acme FIXED) side by side, then r3 (acme REGRESSED): r3's date is the latest."""
 
     def start(name: str, attr: str) -> subprocess.Popen:
+        # ci's examples and verdicts without the shrink phase: the site shows r3's failing example
+        # as found (shrinking it was about 3 of r3's 7 CPU-s, and no check reads a minimal example).
         command = [sys.executable, "-m", "opconform.cli", "run", "--backend", "native", "--backend-module",
-                   f"dashboard_backends:{attr}", "--device", "cpu", "-n", "0", "--profile", "ci",
-                   "--out", str(root / name), "--", "-k", SELECTION]  # fmt: skip
+                   f"dashboard_backends:{attr}", "--device", "cpu", "-n", "0", "--out", str(root / name),
+                   "--", "-k", SELECTION, "--hypothesis-profile=opconform-ci-noshrink"]  # fmt: skip
         return subprocess.Popen(command, cwd=root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     codes = {}
@@ -229,48 +232,54 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def _browser(*args: str) -> subprocess.CompletedProcess:
-    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
-               "--window-size=1280,800", *args]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
-
-
 @pytest.fixture(scope="module")
 def browser(site):
+    """One headless chromium at 1280x800 for every page of these checks (tests/headless_chromium.py):
+    one launch, not one per page."""
     if _chromium() is None:
         pytest.skip("no chromium on PATH (Debian: apt-get install -y chromium); the browser checks need it")
-    return site
+    chromium = Browser(_chromium())
+    yield chromium
+    chromium.close()
 
 
-def _dom(url: str) -> str:
-    dom = _browser("--dump-dom", url)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert 'data-opconform-ready="1"' in dom.stdout, f"{url}: the page script did not finish"
-    assert '<pre id="js-errors"></pre>' in dom.stdout, f"{url}: {dom.stdout[:2000]}"
-    assert "Uncaught" not in dom.stderr and "Failed to load" not in dom.stderr, dom.stderr[-2000:]
-    return dom.stdout
+def _dom(browser: Browser, url: str) -> str:
+    """The page's DOM at its load event, after checking that it loaded, its script finished and
+    nothing went wrong: no uncaught exception, console error or failed load (the page's events and
+    chromium's log so far)."""
+    page = browser.open(url)
+    assert 'data-opconform-ready="1"' in page.dom, f"{url}: the page script did not finish"
+    assert '<pre id="js-errors"></pre>' in page.dom, f"{url}: {page.dom[:2000]}"
+    assert not page.errors, (url, page.errors)
+    log = browser.stderr()
+    assert "Uncaught" not in log and "Failed to load" not in log, log[-2000:]
+    return page.dom
 
 
-def test_pages_open_in_chromium_without_errors(browser, tmp_path):
+def _screenshot(browser: Browser, path: Path) -> None:
+    path.write_bytes(browser.screenshot())
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_pages_open_in_chromium_without_errors(browser, site, tmp_path):
     """The index, a family, a product, a clause and the diff of r2 and r3 open with no console
     error; the diff (computed in the page from the runs' data files) lists the planted regression
     with its rerun line; screenshots of the index and the diff."""
-    product = next(p for p in browser.glob("product-*.html") if "acme@cpu" in p.read_text())
-    for page in ("index.html", "family-norms.html", product.name, "clause-NORM-GEMMA.html"):
-        _dom((browser / page).as_uri())
-    diff = _dom((browser / "diff.html").as_uri() + "?a=1&b=2")
+    product = next(p for p in site.glob("product-*.html") if "acme@cpu" in p.read_text())
+    _dom(browser, (site / "index.html").as_uri())
+    _screenshot(browser, tmp_path / "index.png")
+    for page in ("family-norms.html", product.name, "clause-NORM-GEMMA.html"):
+        _dom(browser, (site / page).as_uri())
+    diff = _dom(browser, (site / "diff.html").as_uri() + "?a=1&b=2")
+    _screenshot(browser, tmp_path / "diff.png")
     assert "new failures (1)" in diff and "new SHOULD failures (2)" in diff and "<h2>fixes" not in diff
     assert PLANTED in diff and "rerun: <code>python -m pytest" in diff
-    assert "no changes" in _dom((browser / "diff.html").as_uri() + "?a=0&b=1")
-    assert "new failures (1)" in _dom((browser / "diff.html").as_uri())  # default: r3 against r2
-    assert "no run 7: choose two" in _dom((browser / "diff.html").as_uri() + "?a=7&b=1")
-    for page, query in (("index.html", ""), ("diff.html", "?a=1&b=2")):
-        shot = tmp_path / page.replace(".html", ".png")
-        _browser(f"--screenshot={shot}", (browser / page).as_uri() + query)
-        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    assert "no changes" in _dom(browser, (site / "diff.html").as_uri() + "?a=0&b=1")
+    assert "new failures (1)" in _dom(browser, (site / "diff.html").as_uri())  # default: r3 against r2
+    assert "no run 7: choose two" in _dom(browser, (site / "diff.html").as_uri() + "?a=7&b=1")
 
 
-def test_planted_regression_is_on_the_first_screen(browser, tmp_path):
+def test_planted_regression_is_on_the_first_screen(browser, site, tmp_path):
     """At 1280x800 the planted MUST regression's line ends above the fold: a copy of the index (its
     base the site) with a probe script that records where that line is."""
     probe = (
@@ -280,13 +289,13 @@ def test_planted_regression_is_on_the_first_screen(browser, tmp_path):
         "document.body.setAttribute('data-probe',JSON.stringify(found&&{bottom:found.bottom,"
         "height:window.innerHeight}));});</script>"
     )
-    page = (browser / "index.html").read_text()
-    page = page.replace("<head>", f"<head><base href='{browser.as_uri()}/'>").replace(
+    page = (site / "index.html").read_text()
+    page = page.replace("<head>", f"<head><base href='{site.as_uri()}/'>").replace(
         "</body>", probe + "</body>"
     )
     copy = tmp_path / "index-probe.html"
     copy.write_text(page)
-    dom = _dom(copy.as_uri())
+    dom = _dom(browser, copy.as_uri())
     found = json.loads(re.search(r'data-probe="([^"]*)"', dom).group(1).replace("&quot;", '"'))
     assert found and 600 <= found["height"] <= 800 and 0 < found["bottom"] <= found["height"], found
 
