@@ -8,6 +8,7 @@
     # test = "test_activations.py::test_geglu_*"   # a glob over FILE.py::TEST[PARAMS] ([ ] literal)
     device = "npu"                     # optional: cpu, cuda, npu
     dtype = "bfloat16"                 # optional: float64, float32, float16, bfloat16
+    when = "cann < 8.5"                # optional: versions it applies to (conformance/versions.py)
     reason = "deviation"               # unsupported | deviation | bug | intermittent
     bound = 2e-3                       # deviation: the measured largest absolute error
     # issue = "https://..."            # bug: the issue URL
@@ -30,6 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance import versions
 from conformance.devices import KNOWN_DEVICE_TYPES
 
 if sys.version_info >= (3, 11):
@@ -42,7 +44,7 @@ else:  # pragma: no cover - Python 3.10
 
 REASONS = ("unsupported", "deviation", "bug", "intermittent")
 DTYPES = ("float64", "float32", "float16", "bfloat16")
-ENTRY_KEYS = {"clause", "test", "device", "dtype", "reason", "bound", "issue", "note"}
+ENTRY_KEYS = {"clause", "test", "device", "dtype", "reason", "bound", "issue", "note", "when"}
 TOP_KEYS = {"backend", "expect"}
 _ENTRY_HEADER = re.compile(r"^\s*\[\[\s*expect\s*\]\]\s*(#.*)?$")
 _TEST_PATTERN = re.compile(r"^[^\s:]+\.py::\S+$")
@@ -65,6 +67,7 @@ class Expectation:
     bound: float | None = None
     issue: str | None = None
     note: str = ""
+    when: str | None = None  # DEV-WHEN: the versions it applies to, judged against the run's product
 
     @property
     def id(self) -> str:
@@ -72,7 +75,8 @@ class Expectation:
 
     def matches(self, *, nodeid: str, backend: str | None, device: str | None, clauses, dtype) -> str:
         """``"yes"``, ``"no"``, or ``"maybe"`` (all but the dtype match and the case's dtype is unknown)."""
-        if backend != self.backend or (self.device and device != self.device):
+        # A case on a card records it ("npu:3", DEV-CARDS); an entry names the device type.
+        if backend != self.backend or (self.device and (device or "").partition(":")[0] != self.device):
             return "no"
         if self.clause and self.clause not in clauses:
             return "no"
@@ -84,7 +88,7 @@ class Expectation:
         return "maybe" if dtype is None else "no"
 
     def as_dict(self) -> dict:
-        fields = ("clause", "test", "device", "dtype", "bound", "issue")
+        fields = ("clause", "test", "device", "dtype", "bound", "issue", "when")
         data = {"id": self.id, "backend": self.backend, "reason": self.reason, "note": self.note}
         data.update({key: getattr(self, key) for key in fields if getattr(self, key) is not None})
         return data
@@ -181,6 +185,11 @@ def load_manifest(path: str | Path, *, known_clauses) -> list[Expectation]:
             fail("device", f"device {device!r} is not one of {list(KNOWN_DEVICE_TYPES)}")
         if dtype is not None and dtype not in DTYPES:
             fail("dtype", f"dtype {dtype!r} is not one of {list(DTYPES)}")
+        if "when" in entry:
+            try:
+                versions.parse(entry["when"])
+            except versions.ConditionError as exc:
+                fail("when", f"when {entry['when']!r}: {exc}")
         bound = entry.get("bound")
         if reason == "deviation":
             if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound):
@@ -205,6 +214,7 @@ def load_manifest(path: str | Path, *, known_clauses) -> list[Expectation]:
                 bound=None if bound is None else float(bound),
                 issue=issue,
                 note=entry.get("note", ""),
+                when=entry.get("when"),
             )  # fmt: skip
         )
     return result
@@ -237,6 +247,22 @@ def load_manifests(paths, *, known_clauses) -> list[Expectation]:
         for file in files:
             found.extend(load_manifest(file, known_clauses=known_clauses))
     return found
+
+
+def applying(entries: list[Expectation], product) -> tuple[list[Expectation], list[tuple[Expectation, str]]]:
+    """DEV-WHEN: the entries whose ``when`` holds for the run's versions (``product()``, read only
+    when an entry has a condition), and the others with why they do not apply."""
+    if not any(e.when for e in entries):
+        return entries, []
+    found = product()
+    kept, dropped = [], []
+    for entry in entries:
+        holds, seen = versions.holds(entry.when, found) if entry.when else (True, "")
+        if holds:
+            kept.append(entry)
+        else:
+            dropped.append((entry, f"when {entry.when!r} is false here ({seen})"))
+    return kept, dropped
 
 
 def judge(

@@ -21,6 +21,7 @@ from conformance.harness import activation
 
 OPTIONS = pytest.StashKey[list]()
 TARGETS = pytest.StashKey[dict]()
+KINDS = pytest.StashKey[dict]()  # node id -> its device type (a case on a card reruns on that card)
 
 
 # The plugin module (the pytest11 entry point's value), for `-p` where no entry point loads it.
@@ -64,6 +65,9 @@ def target(item) -> list[str]:
 def remember(config, items) -> None:
     """Keep each collected case's rerun target (a report without its item looks it up)."""
     config.stash.setdefault(TARGETS, {}).update({item.nodeid: target(item) for item in items})
+    params = {item.nodeid: getattr(getattr(item, "callspec", None), "params", {}) for item in items}
+    kinds = {nodeid: getattr(p.get("device"), "type", None) for nodeid, p in params.items()}
+    config.stash.setdefault(KINDS, {}).update({n: k for n, k in kinds.items() if isinstance(k, str)})
 
 
 def target_of(config, nodeid: str) -> list[str]:
@@ -87,5 +91,15 @@ def command(nodeid: str, options: list[str], target: list[str] | None = None) ->
 
 
 def for_item(config, nodeid: str) -> str:
-    """The rerun command of ``nodeid`` in this run (options stashed at configure time)."""
-    return command(nodeid, config.stash.get(OPTIONS, []), target_of(config, nodeid))
+    """The rerun command of ``nodeid`` in this run (options stashed at configure time), on the card
+    its process ran it on (spec/devices.md, DEV-CARDS)."""
+    return command(
+        nodeid, config.stash.get(OPTIONS, []) + card_option(config, nodeid), target_of(config, nodeid)
+    )
+
+
+def card_option(config, nodeid: str) -> list[str]:
+    """``--device=npu:3`` for a case this process ran on card npu:3; nothing otherwise."""
+    run = activation.state(config)
+    label = run.card.get(config.stash.get(KINDS, {}).get(nodeid)) if run is not None else None
+    return [f"--device={label}"] if label else []

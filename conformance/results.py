@@ -28,6 +28,8 @@ SCHEMA = "opconform-results"
 #    per output dtype, of the failing comparison or the worst over the case's comparisons.
 VERSION = 5
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# Any version may hold ``product`` (spec/devices.md, DEV-PRODUCT) and ``cards`` (DEV-CARDS):
+#    optional fields, so a reader of any version reads them or goes without.
 
 
 class Outcome(str, Enum):
@@ -176,9 +178,19 @@ class Document:
             meta={k: v for k, v in data.items() if k not in known},
             models=_models(data, source),
         )
+        _product(data, source)
         if document.version < 4:
             upgrade_levels(document)
         return document
+
+
+def _product(data: dict, source: str) -> None:
+    """DEV-PRODUCT (spec/devices.md): ``product``, a flat object of strings, optional in any version
+    (a report written before it has none: readers take ``{}``)."""
+    product = _typed(data, "product", dict, source) or {}
+    bad = [k for k, v in product.items() if not isinstance(v, str)]
+    if bad:
+        raise ResultsError(f"{source}: field 'product': {bad[0]!r}: expected a string")
 
 
 def _models(data: dict, source: str) -> dict:

@@ -57,8 +57,10 @@ def keyed(old: list[dict], new: list[dict]) -> tuple[dict, dict, bool]:
 
 
 def node_key(result: dict) -> str:
-    """A case: its node id, and its model in a profile run (the generic case is another one)."""
-    return result["nodeid"] + (f" [{result['model']}]" if result.get("model") else "")
+    """A case: its node id, its model in a profile run (the generic case is another one), and in a
+    merge of runs with different product tuples, its run's (DEV-PRODUCT)."""
+    key = result["nodeid"] + (f" [{result['model']}]" if result.get("model") else "")
+    return key + (f" {{{result['product']}}}" if result.get("product") else "")
 
 
 def ratio(new: float, old: float, dtype: str) -> float:

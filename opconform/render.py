@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 
+from conformance import product as products
 from opconform import readiness
 from opconform import render_failures as failures
 from opconform import report as rep
@@ -76,16 +77,21 @@ def _summary_line(column: str, counts) -> str:
 def text(document: dict) -> str:
     """Per-backend summary, the matrix, failures with their rerun commands, expectation notes."""
     matrix = rep.build_matrix(document)
-    lines = ["opconform summary (cases per backend@device; MUST failures fail the run, SHOULD ones only "
-             "with --strict):"]  # fmt: skip
+    lines = [f"opconform: {line}" for line in document.get("headline") or []]  # --fold-cards (DEV-FOLD)
+    lines += ["opconform summary (cases per backend@device; MUST failures fail the run, SHOULD ones only "
+              "with --strict):"]  # fmt: skip
     for column, counts in rep.backend_summary(document).items():
         lines.append("  " + _summary_line(column, counts))
     lines += readiness.text_lines(document)  # a model profile run's (MODEL-READINESS)
     rows, omitted = matrix_rows(matrix, checked_only=True)
     width = max([len(r) for r in rows] + [6])
     widths = [max(len(c), 11) for c in matrix.columns]
+    lines += [""] + [  # the matrix's product tuple(s): what hardware and software its verdicts are about
+        f"product{' of ' + str(run.get('name')) if run.get('name') else ''}: {products.line(run['product'])}"
+        for run in document.get("merged_from") or [document]
+        if run.get("product")
+    ]
     lines += [
-        "",
         "clause".ljust(width)
         + "  level   "
         + "  ".join(c.ljust(w) for c, w in zip(matrix.columns, widths, strict=True)),
@@ -138,12 +144,16 @@ def _md_escape(value: str) -> str:
 def markdown(document: dict) -> str:
     matrix = rep.build_matrix(document)
     lines = ["# opconform conformance report", ""]
+    lines += [f"**{_md_escape(line)}**" for line in document.get("headline") or []] + [""] * bool(
+        document.get("headline")
+    )
     runs = document.get("merged_from") or [document]
     for run in runs:
         lines.append(
             f"- {run.get('name', 'run')}: host `{run.get('host')}`, devices {run.get('devices')}, "
             f"torch {run.get('torch')}, profile {run.get('profile')}, created {run.get('created')}"
         )
+        lines += [f"  - product: {_md_escape(products.line(run.get('product')))}"] * bool(run.get("product"))
     # The failures first, root cause leading: what a reader of the file came for (the terminal
     # prints them last, where it leaves them in view).
     lines += failures.notes(document, bullet="- ", code=lambda s: f"`{s}`", fence=True, heading="## ")
@@ -236,13 +246,14 @@ def html_page(document: dict) -> str:
     esc = html.escape
     matrix = rep.build_matrix(document)
     backends = sorted({c.split("@")[0] for c in matrix.columns})
-    devices = sorted({c.split("@")[1].split(" [")[0] for c in matrix.columns})
+    devices = sorted({c.split("@")[1].split(" [")[0].split(" {")[0] for c in matrix.columns})
     families = sorted({matrix.families.get(r, "-") for r in matrix.rows})
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<title>opconform conformance report</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>opconform conformance report</h1>",
+        *[f"<p class='headline'><strong>{esc(line)}</strong></p>" for line in document.get("headline") or []],
     ]
     for run in document.get("merged_from") or [document]:
         parts.append(
@@ -250,6 +261,8 @@ def html_page(document: dict) -> str:
             f"devices {esc(str(run.get('devices')))}, torch {esc(str(run.get('torch')))}, "
             f"profile {esc(str(run.get('profile')))}, created {esc(str(run.get('created')))}</p>"
         )
+        if run.get("product"):
+            parts.append(f"<p class='product'>product: {esc(products.line(run['product']))}</p>")
     warnings = document.get("warnings") or []
     if warnings:
         parts.append("<h2>Warnings</h2><ul id='warnings'>")

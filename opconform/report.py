@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance import failure_record, results
+from conformance import failure_record, product, results
 from conformance.harness import ordering
 from conformance.results import SCHEMA, Outcome
 from conformance.spec_index import DIRECT, MUST, SHOULD, load_clauses
@@ -37,7 +37,7 @@ ANY_BROKEN = (*BROKEN, *SHOULD_BROKEN)
 # Cases without a verdict (the op not implemented, skipped): a cell's n/m counts them apart.
 UNJUDGED = (NOT_IMPLEMENTED, SKIP)
 NO_CLAUSE = "(no clause)"
-RUN_FIELDS = ("host", "created", "torch", "profile", "devices", "backends")
+RUN_FIELDS = ("host", "created", "torch", "profile", "devices", "backends", "product", "cards")
 
 ReportError = results.ResultsError
 
@@ -66,9 +66,12 @@ def case_state(result: dict) -> str:
 
 
 def column_of(result: dict) -> str:
-    """``backend@device``, and `` [model]`` for a case of a model profile run (MODEL-REPORT)."""
+    """``backend@device`` (``native@npu:3`` on a card: spec/devices.md, DEV-CARDS), `` [model]`` for
+    a case of a model profile run (MODEL-REPORT), `` {torch=2.6}`` for a merged run's product
+    where the merged runs' tuples differ (DEV-PRODUCT)."""
     model = f" [{result['model']}]" if result.get("model") else ""
-    return f"{result.get('backend') or '-'}@{result.get('device') or '-'}{model}"
+    made = f" {{{result['product']}}}" if result.get("product") else ""
+    return f"{result.get('backend') or '-'}@{result.get('device') or '-'}{model}{made}"
 
 
 @dataclass
@@ -280,7 +283,11 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         "absent_devices": {},
     }
     cases: dict[str, list[dict]] = {}
-    for name, document in zip(names, documents, strict=True):
+    tuples = [document.get("product") or {} for document in documents]
+    differing = product.differing(tuples)  # DEV-PRODUCT: runs of different tuples, different columns
+    if not differing and tuples[0]:
+        merged["product"] = tuples[0]
+    for name, document, made in zip(names, documents, tuples, strict=True):
         merged["merged_from"].append(
             {
                 "name": name,
@@ -300,7 +307,10 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         merged["warnings"] += [f"{name}: {w}" for w in document.get("warnings") or []]
         records: dict[str, list[dict]] = defaultdict(list)  # a case may have call and teardown records
         for result in document["results"]:
-            records[ratios.node_key(result)].append({**result, "run": name})
+            record = {**result, "run": name}
+            if differing:
+                record["product"] = product.label(made, differing)
+            records[ratios.node_key(record)].append(record)
         for nodeid, now in records.items():
             was = cases.get(nodeid)
             states = (
@@ -319,6 +329,11 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
         (r for rs in cases.values() for r in rs), key=lambda r: (r["nodeid"], r.get("when", "call"))
     )
     return merged
+
+
+def product_changes(old: dict, new: dict) -> list[str]:
+    """What changed between two runs' product tuples (DEV-PRODUCT), ``key: old -> new`` each."""
+    return product.changed(old.get("product") or {}, new.get("product") or {})
 
 
 def diff(old: dict, new: dict) -> dict:

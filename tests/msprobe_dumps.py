@@ -10,8 +10,9 @@ torch's APIs. msprobe itself writes everything (task tensor, level mix, one step
   names and format msprobe gives torch_npu's APIs. The PLANTED wrong kernel: ``npu_rms_norm``
   computed in bfloat16 end to end (mutant ``rms-norm-bf16-compute``), called by the model's
   three norms (``NPU.npu_rms_norm.0/1/2.forward``), nowhere else;
-- calls of the other mapped APIs with correct kernels (``CORRECT_CALLS``), and calls of mapped
-  APIs outside their contract op (``OUTSIDE_CALLS``).
+- calls of the other mapped APIs with correct kernels (``CORRECT_CALLS``; the W8A8 pair
+  ``npu_dynamic_quant`` then ``npu_quant_matmul`` on its int8 output and per-token scale), and calls
+  of mapped APIs outside their contract op (``OUTSIDE_CALLS``).
 """
 
 from __future__ import annotations
@@ -41,10 +42,14 @@ CORRECT_CALLS = {
     "NPU.npu_rotary_mul.0.forward": "rotary_embedding",
     "NPU.npu_apply_rotary_pos_emb.0.forward": "rotary_embedding",
     "NPU.npu_fused_infer_attention_score.0.forward": "attention",
+    "NPU.npu_dynamic_quant.0.forward": "dynamic_int8_quant",
+    "NPU.npu_quant_matmul.0.forward": "int8_scaled_mm",
 }
 OUTSIDE_CALLS = ["Functional.gelu.1.forward", "Functional.scaled_dot_product_attention.2.forward"]
+OUTSIDE_CALLS += ["NPU.npu_dynamic_quant.1.forward", "NPU.npu_quant_matmul.1.forward"]
 NPU_APIS = ("npu_rms_norm", "npu_add_rms_norm", "npu_swiglu", "npu_geglu", "npu_moe_gating_top_k_softmax")
 NPU_APIS += ("npu_mrope", "npu_rotary_mul", "npu_apply_rotary_pos_emb", "npu_fused_infer_attention_score")
+NPU_APIS += ("npu_dynamic_quant", "npu_quant_matmul")
 NPU_APIS += ("_npu_reshape_and_cache",)  # no contract op's call: it writes its caches, returns nothing
 
 
@@ -134,6 +139,20 @@ def main(dump_path: str) -> None:
         caches = [torch.zeros(2, 4, 1, 8, dtype=torch.float16) for _ in range(2)]
         kv = [torch.randn(3, 1, 8, generator=g).half() for _ in range(2)]
         npu._npu_reshape_and_cache(*kv, *caches, torch.tensor([0, 5, 2], dtype=torch.int32))
+        x = torch.randn(3, 16, generator=g).to(torch.bfloat16)  # W8A8: per-token int8, then the GEMM
+        y, token_scale = npu.npu_dynamic_quant(x)
+        w, w_scale = (
+            torch.randint(-127, 128, (16, 4), generator=g, dtype=torch.int8),
+            torch.rand(4, generator=g),
+        )
+        bias = torch.randn(4, generator=g).to(torch.bfloat16)
+        npu.npu_quant_matmul(
+            y, w, w_scale / 100, pertoken_scale=token_scale, bias=bias, output_dtype=torch.bfloat16
+        )
+        npu.npu_dynamic_quant(x, smooth_scales=torch.ones(16, dtype=torch.bfloat16))  # SmoothQuant: outside
+        npu.npu_quant_matmul(
+            y, w, w_scale, bias=bias.int(), output_dtype=torch.bfloat16
+        )  # int32 bias: outside
         F.gelu(torch.randn(2, 8, generator=g))  # erf GELU alone: no contract op
         F.scaled_dot_product_attention(q, k, v, attn_mask=torch.randn(3, 3, generator=g))  # a bias
     debugger.stop()

@@ -42,8 +42,14 @@ class State:
     backends: list = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
     absent: dict[str, str] = field(default_factory=dict)  # requested devices that are absent: reason
+    cards: dict[str, list[int]] = field(default_factory=dict)  # type -> chosen card indices (cards.py)
+    card: dict[str, str] = field(default_factory=dict)  # type -> this process's card label, "npu:3"
+    pins: dict[str, str] = field(default_factory=dict)  # card label -> the physical id it named
+    untested: list[str] = field(default_factory=list)  # warnings: chosen cards no process runs on
+    case_devices: list = field(default_factory=list)  # what the cases get per type (cards.torch_devices)
     clauses: dict = field(default_factory=dict)
     expectations: list = field(default_factory=list)
+    inapplicable: list = field(default_factory=list)  # (entry, why): entries whose ``when`` is false
     profile: str | None = None  # the suite's profile (rerun lines carry it)
     loaded_profile: str | None = None  # the one loaded for its tests (with --hypothesis-verbosity)
     # What the run collected before deselection (recorder.note_collection); None until known.

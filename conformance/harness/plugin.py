@@ -23,8 +23,8 @@ from hypothesis import settings
 import conformance.harness.exit_gc as exit_gc
 import conformance.signatures as signatures
 from conformance import expectations as manifests
-from conformance import options, promises, rerun, returns, spec_index
-from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason, as_device
+from conformance import options, product, promises, rerun, returns, spec_index
+from conformance.devices import KNOWN_DEVICE_TYPES, absent_reason
 from conformance.harness import (
     activation,
     failfast,
@@ -42,11 +42,11 @@ from conformance.harness.activation import state
 
 # pytest's exit status when a --device device is absent (its own are 0-5); `opconform run` exits 3 then
 EXIT_DEVICE_ABSENT = 6
+pytest_plugins = ["conformance.harness.cards"]  # xdist's hooks (DEV-CARDS), -n auto's before configure
 
-# Third-party noise in a run of the suite, not findings: torch's own jit deprecation, diffusers
-# passing copy=False to numpy 2 through a torch tensor (1,200 per run), and the eager `flex`
-# backend, which runs FlexAttention unfused on purpose. Added to pytest's filters when the plugin
-# activates, wherever the run starts; the checkout's conftest.py adds them for the self-tests.
+# Third-party noise, not findings: torch's jit deprecation, diffusers passing copy=False to numpy 2
+# (1,200 per run), the eager `flex` backend running FlexAttention unfused on purpose. Added when the
+# plugin activates, wherever the run starts; the checkout's conftest.py adds them for the self-tests.
 WARNING_FILTERS = (
     "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning",
     "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning",
@@ -83,7 +83,7 @@ def pytest_addoption(parser):
         action="append",
         default=[],
         metavar="NAME",
-        help=f"device type to test on (repeatable; one of {KNOWN_DEVICE_TYPES}; default: every present one)",
+        help=f"device (repeatable; {KNOWN_DEVICE_TYPES}, cuda/npu: every card; npu:3, npu:0,1: those cards)",
     )
     group.addoption("--opconform-json", default=None, metavar="PATH",
                     help="write every case's outcome, clauses, backend and device as JSON")  # fmt: skip
@@ -185,6 +185,9 @@ def activate(config) -> None:
     watchdog.activate(config)  # a worker's side files for the watchdog
     exit_gc.register(config)
     run = activation.State(selection.backends(config), selection.devices(config), profile=profile)
+    from conformance.harness import cards  # loaded as a plugin first (pytest_plugins): its asserts rewritten
+
+    cards.activate(config, run)  # DEV-CARDS
     run.loaded_profile = loaded
     signatures.check_loaded(config, run.backends)  # one line per mismatched op, printed now
     selection.check_unavailable(run.backends, [d for d in run.devices if not absent_reason(d)])
@@ -196,7 +199,8 @@ def activate(config) -> None:
         paths = [*([builtin] if builtin else []), *config.getoption("opconform_expectations")]
         # A path given twice (the built-in directory passed explicitly) is loaded once.
         unique = list(dict.fromkeys(str(Path(p).resolve()) for p in paths))
-        run.expectations = manifests.load_manifests(unique, known_clauses=run.clauses)
+        loaded = manifests.load_manifests(unique, known_clauses=run.clauses)
+        run.expectations, run.inapplicable = manifests.applying(loaded, product.software)  # DEV-WHEN
     except (OSError, ValueError) as exc:  # a missing spec, a bad spec or a bad manifest
         raise pytest.UsageError(str(exc)) from exc
     for line in WARNING_FILTERS:
@@ -275,7 +279,7 @@ def pytest_generate_tests(metafunc):
     activate(config)
     run = state(config)
     chosen = selection.scoped(_focused(metafunc, run.backends), metafunc.definition.iter_markers("clause"))
-    pairs = [(b, as_device(d)) for b in chosen for d in run.devices]
+    pairs = [(b, d) for b in chosen for d in run.case_devices]  # DEV-CARDS
     argnames = ["backend", "device"] if "device" in metafunc.fixturenames else ["backend"]
     values = [pair if len(argnames) == 2 else pair[:1] for pair in pairs]
     ids = [f"{b.name}-{d.type}" if len(argnames) == 2 else b.name for b, d in pairs]

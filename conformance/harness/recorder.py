@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from conformance import errors, failure_record, rerun, results, spec_index, statistics
+from conformance import errors, failure_record, product, rerun, results, spec_index, statistics
 from conformance import expectations as manifests
 from conformance.harness import failure_capture, levels, model_profile
 from conformance.harness.activation import state
@@ -62,7 +62,7 @@ def case_info(item) -> dict:
     op_mark = item.get_closest_marker("op")
     info = {
         "backend": getattr(backend, "name", None),
-        "device": getattr(device, "type", None),
+        "device": state(item.config).card.get(getattr(device, "type", None), getattr(device, "type", None)),
         "op": op_mark.args[0] if op_mark else None,
         "clauses": [c for mark in item.iter_markers("clause") for c in mark.args],
         # Known when the test is parametrized by dtype; Hypothesis tests draw it per example.
@@ -304,6 +304,8 @@ class ResultsRecorder:
             else:  # matched cases that passed with a dtype the entry may not cover
                 data["status"] = "matched"
             status.append(data)
+        for entry, why in self.run.inapplicable:  # DEV-WHEN: not these versions
+            status.append({**entry.as_dict(), "status": "not applicable", "why": why})
         return status
 
     def deselected(self, entry) -> bool:
@@ -335,7 +337,7 @@ class ResultsRecorder:
         lines = [
             f"requested device {device} is absent ({why}): its cases were skipped"
             for device, why in self.run.absent.items()
-        ]
+        ] + list(self.run.untested)
         unknown = {
             (e["backend"], e["id"].rsplit(":", 1)[0])
             for e in expectations
@@ -369,6 +371,8 @@ class ResultsRecorder:
                 "args": list(self.config.invocation_params.args),
                 "strict": levels.strict(self.config),
                 "absent_devices": dict(self.run.absent),
+                "cards": dict(sorted(self.run.pins.items())),  # DEV-CARDS: card label -> physical id
+                "product": product.collect(self.run.cards),  # DEV-PRODUCT
                 "warnings": self.warnings(expectations) + incomplete_warning(exitstatus),
             },
             backends=[b.name for b in self.run.backends],

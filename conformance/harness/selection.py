@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.devices import KNOWN_DEVICE_TYPES, present_devices
+from conformance.devices import DeviceError, parse, present_devices
 
 
 def _registry():
@@ -75,11 +75,12 @@ def backends(config) -> list:
 
 
 def devices(config) -> list[str]:
-    devices = config.getoption("device") or present_devices()
-    unknown = [d for d in devices if d not in KNOWN_DEVICE_TYPES]
-    if unknown:
-        raise pytest.UsageError(f"--device: unknown device(s) {unknown}; expected {KNOWN_DEVICE_TYPES}")
-    return list(dict.fromkeys(devices))
+    """The device types of ``--device`` (``npu:3`` is type npu; its card: conformance.harness.cards)."""
+    values = config.getoption("device") or present_devices()
+    try:
+        return list(dict.fromkeys(parse(v)[0] for v in values))
+    except DeviceError as exc:
+        raise pytest.UsageError(str(exc)) from exc
 
 
 def is_peer(backend) -> bool:

@@ -198,7 +198,8 @@ def export_cases(
     if row.judge is not None:
         raise ValueError(
             f"--op {op}: not exportable: {row.clause} judges it by its own check (routing up to slot "
-            "order and ties, a write bit for bit), not a per-element allowed error"
+            "order and ties, a write bit for bit, quantized values on the grid of their own scale, a "
+            "GEMM's tolerance row by out_dtype), not a per-element allowed error"
         )
     if clause is not None and clause != row.clause:
         raise ValueError(f"--clause {clause}: op {op} is judged under {row.clause}")

@@ -37,14 +37,14 @@ def compare(row: ReplayOp, inputs: dict, options: dict, outputs: list, *, contex
     row's own judge accepts them)."""
     host = {name: t.cpu() for name, t in inputs.items()}
     if row.judge is not None:
-        row.judge(host, options, outputs, clause=row.clause, context=context)
+        row.judge(host, row.call_options(options), outputs, clause=row.clause, context=context)
         return
     if len(outputs) != len(row.outputs):
         raise ConformanceError(row.clause, f"{context}: {len(outputs)} output(s), expected {row.outputs}")
     expected = row.expected(host, options)
     scales = row.scales(host, options)
     keep = row.rows(host, options)
-    dtype = row.tolerance_dtype(host)
+    dtype = row.tolerance_dtype(host, options)
     for name, got, want, scale in zip(row.outputs, outputs, expected, scales, strict=True):
         if keep is not None and got.shape == want.shape:
             rows = keep[:, None, :, None]
@@ -118,21 +118,21 @@ def judge_entry(
     lacking = None if backend is None else not_implemented_reason(backend, entry.op)
     if lacking:
         return _case(
-            entry, column, outcome=Outcome.NOT_IMPLEMENTED, reason=lacking, clauses=[row.clause], start=start
+            entry, column, outcome=Outcome.NOT_IMPLEMENTED, reason=lacking, clauses=row.clauses, start=start
         )
     command = shlex.join([*(rerun or ["opconform", "replay", str(folder)]), "--case", case_id(entry)])
     try:
         inputs, outputs = read_call(folder, entry)
     except CaptureError as exc:
         return _case(
-            entry, column, outcome=Outcome.SKIPPED, reason=str(exc), clauses=[row.clause], start=start
+            entry, column, outcome=Outcome.SKIPPED, reason=str(exc), clauses=row.clauses, start=start
         )
     context = f"layer {entry.layer} call {entry.call}: {entry.op} on {column[0]}@{column[1]}"
 
     def rerun_backend():
         on_device = {name: t.to(device, copy=True) for name, t in inputs.items()}  # it may write them
         args, keywords = row.arguments(on_device, entry.options)
-        result = getattr(backend, entry.op)(*args, **entry.options, **keywords)
+        result = getattr(backend, entry.op)(*args, **row.call_options(entry.options), **keywords)
         if entry.op in WRITTEN:  # an in-place op: its outputs are what it wrote
             result = [on_device[n] for n in WRITTEN[entry.op] if n in on_device]
         return list(result) if isinstance(result, (tuple, list)) else [result]
@@ -153,7 +153,7 @@ def judged(
     (``rerun``: returns the outputs of a backend rerun in place of the recorded ``outputs``; its
     exception is a failure under the row's clause). ``make_case(**fields)`` builds the Case (its
     node id, column and op); ``command`` is the failure's rerun line, ``example`` its arguments."""
-    dtype = row.tolerance_dtype(inputs)
+    dtype = row.tolerance_dtype(inputs, options)
     dtype = None if dtype is None else str(dtype).removeprefix("torch.")
     collector = None
     try:
@@ -173,7 +173,7 @@ def judged(
             rerun=command,
         )
         return make_case(
-            outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
+            outcome=Outcome.FAILED, clauses=row.clauses, dtype=dtype,
             failure=failure, message=str(exc), start=start, duration=time.time() - start,
             statistics=statistics.case_record(collector, exc),
         )  # fmt: skip
@@ -186,9 +186,9 @@ def judged(
             message=f"[{row.clause}] {context}: {error}",
             rerun=command,
         )
-        return make_case(outcome=Outcome.FAILED, clauses=[row.clause], dtype=dtype,
+        return make_case(outcome=Outcome.FAILED, clauses=row.clauses, dtype=dtype,
                          failure=failure, message=failure.message, start=start)  # fmt: skip
-    return make_case(outcome=Outcome.PASSED, clauses=[row.clause], dtype=dtype, start=start,
+    return make_case(outcome=Outcome.PASSED, clauses=row.clauses, dtype=dtype, start=start,
                      duration=time.time() - start, statistics=statistics.case_record(collector))  # fmt: skip
 
 

@@ -17,6 +17,7 @@ import torch
 
 from opconform.capture.msprobe_binding import REQUIRED, Mapped, Mapping, Unmapped, bind, tensor_arg
 from opconform.capture.msprobe_map_attention import ATTENTION_MAPPINGS
+from opconform.capture.msprobe_map_quant import QUANT_MAPPINGS
 
 __all__ = ["MAPPINGS", "Mapped", "Unmapped", "map_call"]
 
@@ -248,6 +249,7 @@ MAPPINGS: dict[str, Mapping] = {
         "spec/ascend.md, CANN-APPLY-ROPE",
     ),  # fmt: skip
     **ATTENTION_MAPPINGS,
+    **QUANT_MAPPINGS,
     "Functional.gelu": Mapping((("input", REQUIRED), ("approximate", "none")), _gelu, _MAP),
     "Functional.rms_norm": Mapping(
         (("input", REQUIRED), ("normalized_shape", REQUIRED), ("weight", None), ("eps", None)),

@@ -5,7 +5,8 @@ tolerance family of TOL-TABLE and its scaling rule (the same one the op's confor
 applies), the tensor arguments in the oracle's order, the options, and the names of the outputs
 (a tuple output is compared element by element, in order, each with its own atol scale when the
 rule gives a tuple), the tensors passed by keyword, and for an op no per-element tolerance judges
-(routing) its own ``judge``. The serving, mask, MoE and rope rows are in ``ops_more``.
+(routing) its own ``judge``. The serving, mask, MoE and rope rows are in ``ops_more``, the quant
+rows in ``ops_quant``.
 ``NOT_REPLAYABLE`` lists every other op of ``backends.OPS`` with the reason;
 tests/test_capture_ops.py checks that together they cover ``OPS`` exactly, so an op family
 merged later shows up there until it gets its row.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from conformance.tolerances import oai_up_scale, rounded_atol_scale, situ_up_scale, up_scale, value_scale
-from opconform.capture import ops_more
+from opconform.capture import ops_more, ops_quant
 
 # Optional tensor arguments, passed by keyword (None when the call had none): the rows' default.
 KEYWORD_TENSORS = frozenset({"padding_mask"})
@@ -46,11 +47,37 @@ class ReplayOp:
     # (inputs, options, outputs, *, clause, context) -> None, raising ConformanceError: judges
     # the outputs in place of the oracle comparison (routing: any slot order, ties; no allowance)
     judge: Callable | None = None
-    dtype_from: str | None = None  # the tensor whose dtype picks the tolerance row (default: the first)
+    # the tensor whose dtype picks the tolerance row (default: the first), or a dtype option
+    dtype_from: str | None = None
+    # options recorded by a dtype's name ("bfloat16": JSON), passed to the oracle and backends as the dtype
+    dtype_options: tuple[str, ...] = ()
+    # the refinements the row's judge also fails calls under (every case names them with ``clause``)
+    judged_under: tuple[str, ...] = ()
 
-    def tolerance_dtype(self, inputs: dict) -> torch.dtype | None:
+    @property
+    def clauses(self) -> list[str]:
+        return [self.clause, *self.judged_under]
+
+    def tolerance_dtype(self, inputs: dict, options: dict | None = None) -> torch.dtype | None:
         name = self.dtype_from or self.tensors[0]
+        if name in self.dtype_options:  # never raises: a bad name fails the call where it is judged
+            value = (options or {}).get(name)
+            dtype = getattr(torch, value, None) if isinstance(value, str) else value
+            return dtype if isinstance(dtype, torch.dtype) else None
         return inputs[name].dtype if name in inputs else None
+
+    def call_options(self, options: dict) -> dict:
+        """The options as the oracle and the backends take them: each of ``dtype_options`` recorded
+        by its name becomes the torch.dtype (ValueError naming the option when it names none)."""
+        called = dict(options)
+        for name in self.dtype_options:
+            value = called.get(name)
+            if isinstance(value, str):
+                dtype = getattr(torch, value, None)
+                if not isinstance(dtype, torch.dtype):
+                    raise ValueError(f"option {name}={value!r}: not the name of a torch dtype")
+                called[name] = dtype
+        return called
 
     def scales(self, inputs: dict, options: dict) -> list:
         """One atol scale (or None) per output."""
@@ -70,7 +97,7 @@ class ReplayOp:
     def expected(self, inputs: dict, options: dict) -> list[torch.Tensor]:
         """The oracle's outputs (float64) on the inputs as recorded (host copies)."""
         args, keywords = self.arguments({n: t.cpu() for n, t in inputs.items()}, options)
-        out = self.oracle_function()(*args, **options, **keywords)
+        out = self.oracle_function()(*args, **self.call_options(options), **keywords)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
@@ -200,6 +227,7 @@ REPLAY_OPS: dict[str, ReplayOp] = {
             atol_scale=lambda i, o: value_scale(i["v_cache"], i["q"].shape[1], _decode_valid(i)),
         ),  # fmt: skip
         *ops_more.ROWS(ReplayOp),
+        *ops_quant.ROWS(ReplayOp),
     )
 }
 
@@ -224,14 +252,8 @@ NOT_REPLAYABLE: dict[str, str] = {
     "rope_softmax_scale": _CONFIG,
     "rope_kernel_args": _CONFIG,
     **dict.fromkeys(
-        ("dynamic_int8_quant", "fp8_quant", "fp8_group_quant", "fp8_fn_to_fnuz"),
-        "a quantizer is judged on its grid against its own returned scale (QUANT-TOL): a replay judge for "
-        "that is not written yet",
-    ),
-    **dict.fromkeys(
-        ("int8_scaled_mm", "fp8_block_scaled_mm", "w4a16_mm"),
-        "its tolerance row is picked by out_dtype, an option, not by a recorded tensor's dtype: a replay "
-        "row for that is not written yet",
+        ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz"),
+        "a capture stores no fp8 tensor (store.SAFETENSORS_DTYPES has none) and no msprobe API maps to it",
     ),
     "w8a8_fused_moe": "its atol scale is w8a8_moe_error_scale of the recorded call (QUANT-TOL), not a "
     "scaling rule of the rows' table: a replay row for that is not written yet",

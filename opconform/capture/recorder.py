@@ -47,6 +47,13 @@ def _require(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def _dtype_name(value) -> str:
+    """A torch.dtype option (int8_scaled_mm's out_dtype) is recorded by its name, "bfloat16"."""
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def _outputs(output) -> list[torch.Tensor]:
     if isinstance(output, torch.Tensor):
         return [output]
@@ -245,12 +252,13 @@ class Capture:
         text = None  # the options as JSON text: a dict in the record would keep the GC tracking it
         if options:
             try:
-                text = json.dumps(options)
+                text = json.dumps(options, default=_dtype_name)
             except TypeError as exc:
                 staging.release(staged)
                 layer = site.layer
                 raise TypeError(
-                    f"mapping for {layer!r}: options must be JSON values (str, number, bool, None): {exc}"
+                    f"mapping for {layer!r}: options must be JSON values (str, number, bool, None) or a "
+                    f"torch.dtype: {exc}"
                 ) from None
         # one flat tuple per call (staging.tensors reads it): the garbage collector stops tracking it
         record = (len(self._records), len(staging.writes), site.op, site.layer, call, text, nbytes, inputs,

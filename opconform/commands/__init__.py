@@ -14,6 +14,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("opconform.commands.run", "run the conformance suite on this machine and write the report"),
     "merge": ("opconform.commands.merge", "merge the reports of several runs into one matrix"),
     "diff": ("opconform.commands.diff", "list new failures, fixes and changed skips between two reports"),
+    "dashboard": (
+        "opconform.commands.dashboard",
+        "build a static site of many runs' reports: matrices per product, history, clauses, diffs",
+    ),
     "mutants": ("opconform.commands.mutants", "run the suite against every mutant and print the kill matrix"),
     "bench": (
         "opconform.commands.bench",

@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     old, new = report.load(args.old), report.load(args.new)
+    changed = report.product_changes(old, new)  # DEV-PRODUCT: what the two runs ran on
+    if changed:
+        print(f"product changed ({len(changed)}): " + "; ".join(changed))
     changes = report.diff(old, new)
     for title, items in changes.items():
         if not items:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from opconform import render, report
+from opconform import fold, render, report
 from opconform.commands import EXIT_DEVICE_ABSENT, help_for, usage_error, writable_dir
 
 HELP = help_for("merge")
@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, metavar="DIR", help="write report.json/.md/.html of the merge")
     parser.add_argument("--markdown", action="store_true", help="print the Markdown (for a CI job summary)")
     parser.add_argument("--strict", action="store_true", help="exit 1 on a SHOULD failure too")
+    parser.add_argument("--fold-cards", action="store_true",
+                        help="one column for a backend's cards that agree; a card that disagrees keeps "
+                             "its own and heads the report")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
         return usage_error("merge", f"--out {args.out}: cannot write there: {why}")
     names = [str(p) for p in args.reports]
     document = report.merge([report.load(p) for p in args.reports], names=names)
+    if args.fold_cards:
+        document = fold.fold(document)
     print(render.markdown(document) if args.markdown else render.text(document))
     if args.out:
         written = render.write_outputs(document, args.out)

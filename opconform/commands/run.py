@@ -11,8 +11,8 @@ import sys
 import threading
 from pathlib import Path
 
-from conformance import options
-from opconform import render, report
+from conformance import devices, options
+from opconform import fold, render, report
 from opconform.commands import (
     EXIT_DEVICE_ABSENT,
     EXIT_EMPTY,
@@ -25,16 +25,15 @@ from opconform.commands import (
 
 HELP = help_for("run")
 PROFILES = ("dev", "ci", "thorough")  # the suite's Hypothesis profiles, registered as opconform-NAME
-DEVICE_TYPES = ("cpu", "cuda", "npu")  # conformance.devices.KNOWN_DEVICE_TYPES, without importing torch
 PYTEST_USAGE_ERROR = 4
 COLLECT_ONLY = ("--collect-only", "--co")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", default=[], metavar="NAME", help="backend (repeatable)")
-    parser.add_argument(
-        "--device", action="append", default=[], choices=DEVICE_TYPES, help="device type (repeatable)"
-    )
+    parser.add_argument("--device", action="append", default=[], type=device, metavar="DEVICE",
+                        help="cpu, cuda or npu (every visible card), or cards of the visible list: "
+                             "npu:3, npu:0,1,2,3 (repeatable; one worker per card with -n auto)")  # fmt: skip
     parser.add_argument(
         "--backend-module", action="append", default=[], metavar="MODULE[:ATTR]", help="external backends"
     )
@@ -61,9 +60,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "class)")  # fmt: skip
     parser.add_argument("--model-only", action="store_true",
                         help="with --model or --model-config: skip the generic run")  # fmt: skip
+    parser.add_argument("--fold-cards", action="store_true",
+                        help="one column for a backend's cards that agree; a card that disagrees keeps "
+                             "its own and heads the report")  # fmt: skip
     parser.add_argument("--out", default="opconform-report", metavar="DIR",
                         help="where report.json/.md/.html go (default: %(default)s)")  # fmt: skip
     parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
+
+
+def device(value: str) -> str:
+    """``--device``'s value, its syntax checked here (its cards against the runtime by the plugin)."""
+    try:
+        devices.parse(value)
+    except devices.DeviceError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--device ")) from exc
+    return value
 
 
 def workers(value: str) -> str:
@@ -244,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
             return status
         documents.append(document)
     document = documents[0] if len(documents) == 1 else report.merge(documents, names=[n for n, _ in runs])
+    if args.fold_cards:
+        document = fold.fold(document)
     written = render.write_outputs(document, out)
     if document["results"] or document.get("absent_devices"):
         print()
