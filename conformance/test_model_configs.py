@@ -1,6 +1,7 @@
 """Conformance properties of the config-level ops on model configurations (spec/models.md,
-MODEL-CONFIG-OPS): layer_windows, window_kernel_args, moe_router_config and swiglu_limit given a
-model's own transformers config object, judged by the oracles on the same object. A profile run
+MODEL-CONFIG-OPS): layer_windows, window_kernel_args, moe_router_config, swiglu_limit and
+quant_scheme given a model's own transformers config object, judged by the oracles on the same
+object. A profile run
 checks its model's config (the pin ``model.config``, MODEL-RUN); any other run every built-in
 profile's (transformers' config classes; skipped without transformers)."""
 
@@ -16,6 +17,7 @@ from conformance.test_serving_windows import check_layer_windows, check_window_a
 from reference import activations, serving
 from reference.moe_config import MODEL_TYPES as MOE_MODEL_TYPES
 from reference.moe_config import moe_router_config
+from reference.quant_config import quant_scheme
 
 
 def _configs(model_types=None) -> list[tuple[str, object]]:
@@ -74,3 +76,16 @@ def test_limit_of_model_configs(backend, device):
         check(got == want, clause="ACT-LIMIT-CONFIG",
               message=f"backend {backend.name!r}: {name}'s {type(config).__name__} gives routed/shared "
               f"limits {got}, expected {want}")  # fmt: skip
+
+
+@pytest.mark.clause("QUANT-CONFIG")
+@pytest.mark.op("quant_scheme")
+def test_quant_scheme_of_model_configs(backend, device):
+    """Each quantized model config's scheme (MODEL-QUANT): the oracle's, from the config object."""
+    found = [(name, config) for name, config in _configs() if getattr(config, "quantization_config", None)]
+    for name, config in found:
+        got = backend.quant_scheme(config)
+        want = quant_scheme(config)
+        check(got == want, clause="QUANT-CONFIG",
+              message=f"quant_scheme of {name}'s {type(config).__name__} on {backend.name!r}: {got}, "
+              f"expected {want}")  # fmt: skip

@@ -230,9 +230,16 @@ DEEPSEEK_V3 = ModelProfile(
         "routed_scaling_factor": 2.5,
         "first_k_dense_replace": 3,
         "vocab_size": 129280,
-    },
+        # MODEL-QUANT: the published checkpoint's fp8 blocks (QUANT-CONFIG's DeepSeek-V3 line)
+        "quantization_config": {
+            "activation_scheme": "dynamic",
+            "fmt": "e4m3",
+            "quant_method": "fp8",
+            "weight_block_size": [128, 128],
+        },
+    },  # fmt: skip
     source="deepseek-ai/DeepSeek-V3-Base config.json as quoted by a third party, DeepseekV3Config's "
-    "defaults for the MoE fields; spec/models.md MODEL-DEEPSEEK-V3",
+    "defaults for the MoE fields and MLA ranks; spec/models.md MODEL-DEEPSEEK-V3",
 )
 
 GPT_OSS_20B = ModelProfile(
@@ -291,6 +298,33 @@ QWEN2_VL_7B = ModelProfile(
     "7B config); spec/models.md MODEL-QWEN2-VL",
 )
 
+# MODEL-QWEN3-W8A8: Qwen3-8B's layers, every linear layer but lm_head int8 (compressed-tensors W8A8:
+# per-channel weight scales, dynamic per-token activations), as QUANT-CONFIG's W8A8 line.
+_W8A8_INT8 = {"num_bits": 8, "type": "int", "symmetric": True}
+QWEN3_8B_W8A8 = ModelProfile(
+    name="qwen3-8b-w8a8",
+    title="Qwen3-8B W8A8 (int8, compressed-tensors)",
+    clause="MODEL-QWEN3-W8A8",
+    config_class="transformers.Qwen3Config",
+    config={
+        **QWEN3_8B.config,
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "int-quantized",
+            "ignore": ["lm_head"],
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": {**_W8A8_INT8, "strategy": "channel", "dynamic": False},
+                    "input_activations": {**_W8A8_INT8, "strategy": "token", "dynamic": True},
+                }
+            },
+        },
+    },  # fmt: skip
+    source="MODEL-QWEN3's config; the compressed-tensors W8A8 group of spec/quant.md QUANT-CONFIG (a Qwen3 "
+    "int8 dynamic checkpoint's card gives the same scheme); spec/models.md MODEL-QWEN3-W8A8",
+)
+
 # MODEL-SANA: the text encoder is GEMMA2_2B; the DiT's gate and the scheduler are added.
 SANA = ModelProfile(
     name="sana",
@@ -314,5 +348,5 @@ SANA = ModelProfile(
 SANA_SCHEDULER = {"prediction_type": "flow_prediction", "use_flow_sigmas": True, "flow_shift": 3.0}
 
 BUILTIN: dict[str, ModelProfile] = {p.name: p for p in (
-    STEP3P5, GEMMA2_2B, GEMMA3_1B, MISTRAL_7B, LLAMA31_8B, QWEN3_8B, QWEN3_30B_A3B, DEEPSEEK_V3, GPT_OSS_20B,
-    QWEN2_VL_7B, SANA)}  # fmt: skip
+    STEP3P5, GEMMA2_2B, GEMMA3_1B, MISTRAL_7B, LLAMA31_8B, QWEN3_8B, QWEN3_8B_W8A8, QWEN3_30B_A3B,
+    DEEPSEEK_V3, GPT_OSS_20B, QWEN2_VL_7B, SANA)}  # fmt: skip

@@ -16,6 +16,7 @@ from math import gcd, isqrt
 from backends.protocols import FAMILIES, OPS, protocol_ops
 from conformance.models import profile
 from conformance.models.profile import UNSOURCED, Derived, OpUse, _get, _per_type_rope
+from conformance.models.quant_uses import quant_uses
 from reference.moe_config import moe_router_config
 from reference.rope_config import rope_inv_freq, rope_parameters
 from reference.serving_windows import layer_windows
@@ -63,6 +64,15 @@ UNUSED = {
     "decode_mask_window": "its text encoder never decodes",
     "decode_attention": "its text encoder never decodes",
     "attention": "its encoder attends through prefill_attention (window and padding as arguments)",
+    # MODEL-QUANT: the quant ops a quantization scheme does not call
+    "dynamic_int8_quant": "no int8 activations",
+    "int8_scaled_mm": "no int8 GEMMs",
+    "fp8_quant": "no per-tensor fp8 activations",
+    "fp8_group_quant": "no per-token-group fp8 activations",
+    "fp8_block_scaled_mm": "no block-scaled fp8 weights",
+    "fp8_fn_to_fnuz": "no e4m3fnuz serving (the e4m3fn to e4m3fnuz conversion is a ROCm load step)",
+    "w4a16_mm": "no int4 weight-only layers",
+    "w8a8_fused_moe": "no int8 experts",
 }
 
 
@@ -242,9 +252,11 @@ def derive(config, *, name: str, title: str = "", pipeline=()) -> Derived:
     _rope_ops(derived, config)
     _window_ops(derived)
     _expert_ops(derived, config)
+    quant_uses(derived, config, profile.moe_layer_indices(config))
     pipeline_uses(derived, config, pipeline)
     config_ops = [op for op in ("layer_windows", "window_kernel_args", "moe_router_config", "swiglu_limit",
-                                "rope_inv_freq", "rope_softmax_scale") if op in derived.ops]  # fmt: skip
+                                "rope_inv_freq", "rope_softmax_scale", "quant_scheme")
+                  if op in derived.ops]  # fmt: skip
     derived.pin(CONFIG_PIN, (name, config), *config_ops)
     name_unused(derived)
     return derived

@@ -3,7 +3,8 @@
 Each draw is a small frozen recipe (sizes, dtypes, seed, the feature it exercises); ``make(device)``
 builds the op's arguments with the same values every time. Sizes follow spec/quant.md, Ranges:
 K past 256 threads and at 7168, odd K, M past 128, block GEMM N and K at 128 t - 1, 128 t, 128 t + 1.
-Large sizes are drawn cheap (one row, one column).
+Large sizes are drawn cheap (one row, one column). In a profile run each recipe is put at one of the
+model's quantized linear layers (``quant_pins``, spec/models.md MODEL-QUANT).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from dataclasses import dataclass
 import torch
 from hypothesis import strategies as st
 
+from conformance.strategies import quant_pins as model
 from conformance.strategies.common import seeds
+from conformance.strategies.quant_pins import at_model
 from reference.quant import FP8_DTYPES, GROUP_SIZES, OUT_DTYPES
 
 ACT_DTYPES = (torch.bfloat16, torch.float16)  # the activations the field quantizes
@@ -57,8 +60,9 @@ class Int8QuantRecipe:
 
 
 def int8_quant_inputs(features=("plain", "zero-row")):
-    return st.builds(Int8QuantRecipe, st.sampled_from(INT8_SHAPES), st.sampled_from(ACT_DTYPES), seeds(),
-                     st.sampled_from(features))  # fmt: skip
+    drawn = st.builds(Int8QuantRecipe, st.sampled_from(INT8_SHAPES), st.sampled_from(ACT_DTYPES), seeds(),
+                      st.sampled_from(features))  # fmt: skip
+    return at_model(drawn, model.int8_quant)
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,9 @@ def int8_mm_inputs(*, per_tensor=None, bias=None, cancel=None):
     cancel = st.just(False) if cancel is None else cancel
     layouts = st.sampled_from(("row", "column", "flat"))
     shapes, dtypes = st.sampled_from(MM_SHAPES), st.sampled_from(OUT_DTYPES)
-    return st.builds(Int8MmRecipe, shapes, dtypes, seeds(), per_tensor, per_tensor, bias, cancel, layouts,
-                     st.booleans())  # fmt: skip
+    drawn = st.builds(Int8MmRecipe, shapes, dtypes, seeds(), per_tensor, per_tensor, bias, cancel, layouts,
+                      st.booleans())  # fmt: skip
+    return at_model(drawn, model.int8_mm)
 
 
 @dataclass(frozen=True)
@@ -162,9 +167,10 @@ class GroupRecipe:
 def group_inputs(use_ue8m0=None, zero_group=None):
     use_ue8m0 = st.booleans() if use_ue8m0 is None else use_ue8m0
     zero_group = st.booleans() if zero_group is None else zero_group
-    return st.builds(GroupRecipe, st.sampled_from((1, 3, 130)), st.sampled_from((1, 2, 5)),
-                     st.sampled_from(GROUP_SIZES), st.sampled_from(ACT_DTYPES), st.sampled_from(FP8_DTYPES),
-                     use_ue8m0, seeds(), zero_group)  # fmt: skip
+    drawn = st.builds(GroupRecipe, st.sampled_from((1, 3, 130)), st.sampled_from((1, 2, 5)),
+                      st.sampled_from(GROUP_SIZES), st.sampled_from(ACT_DTYPES), st.sampled_from(FP8_DTYPES),
+                      use_ue8m0, seeds(), zero_group)  # fmt: skip
+    return at_model(drawn, model.group)
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,8 @@ class BlockMmRecipe:
 def block_mm_inputs(sides=BLOCK_SIDES):
     n, k = st.sampled_from(sides), st.sampled_from(sides)
     dtypes = st.sampled_from(FP8_DTYPES), st.sampled_from(OUT_DTYPES)
-    return st.builds(BlockMmRecipe, st.sampled_from(BLOCK_M), n, k, *dtypes, seeds())
+    drawn = st.builds(BlockMmRecipe, st.sampled_from(BLOCK_M), n, k, *dtypes, seeds())
+    return at_model(drawn, model.block_mm)
 
 
 @dataclass(frozen=True)
@@ -267,4 +274,5 @@ def w4a16_inputs(packings=("awq", "gptq", "gptq_v2")):
         st.sampled_from(GROUP_SIZES),
         st.sampled_from(packings),
     )
-    return st.builds(W4Recipe, shapes, groups, packing, st.sampled_from(ACT_DTYPES), seeds())
+    drawn = st.builds(W4Recipe, shapes, groups, packing, st.sampled_from(ACT_DTYPES), seeds())
+    return at_model(drawn, model.w4a16)
