@@ -290,3 +290,32 @@ def test_expert_sizes_scale_by_one_factor_within_the_budget():
     assert scaled_expert_sizes(2048, 768, 128) == (120, 45)
     assert scaled_expert_sizes(2880, 2880, 32) == (147, 147)
     assert scaled_expert_sizes(16, 8, 4) == (16, 8)
+
+
+def test_quant_draws_are_the_models_linear_layers():
+    """MODEL-QUANT: under DeepSeek-V3's pins the fp8 draws are its e4m3fn 128 x 128 blocks at one of
+    its layers' K (N cut to whole blocks and its partial one); under the W8A8 Qwen3's the int8 draws
+    are at its K, per-token and per-channel; unpinned the recipes are the generic ones."""
+    from hypothesis import strategies as st
+
+    from conformance.strategies import quant, quant_pins
+
+    deepseek = configs.by_name("deepseek-v3")
+    shapes = deepseek.pins["quant.linear"]
+    for r in _drawn(quant.block_mm_inputs(), deepseek.pins):
+        assert (r.fp8_dtype, r.block_size, r.m in quant_pins.ROWS) == (torch.float8_e4m3fn, (128, 128), True)
+        assert any(r.k == k and r.n == quant_pins.block_columns(n, 128) for k, n in shapes), r
+    assert quant_pins.block_columns(384, 128) == 384 and quant_pins.block_columns(36864, 128) == 256
+    assert quant_pins.block_columns(576, 128) == 320  # kv_a_proj's partial block (512 + 64) is kept
+    for r in _drawn(quant.group_inputs(), deepseek.pins):
+        assert (r.group_size, r.fp8_dtype, r.use_ue8m0) == (128, torch.float8_e4m3fn, False)
+        assert r.groups * 128 in {k for k, _ in shapes}
+    qwen = configs.by_name("qwen3-8b-w8a8")
+    for r in _drawn(quant.int8_mm_inputs(), qwen.pins):
+        m, k, n = r.shape
+        assert k in {k for k, _ in qwen.pins["quant.linear"]} and not (r.per_tensor_a or r.per_tensor_b)
+        assert m in quant_pins.ROWS and n == quant_pins.INT8_COLUMNS
+    assert {r.shape[1] for r in _drawn(quant.int8_quant_inputs(), qwen.pins)} <= {4096, 12288}
+    default = st.builds(quant.BlockMmRecipe, st.sampled_from((1, 2)), st.just(5), st.just(7),
+                        st.just(torch.float8_e4m3fn), st.just(torch.float32), st.integers(0, 99))  # fmt: skip
+    assert _drawn(quant_pins.at_model(default, quant_pins.block_mm), {}) == _drawn(default, {})
