@@ -18,7 +18,7 @@ from opconform.capture import Capture
 from opconform.capture.judge import compare, replay
 from opconform.capture.ops import REPLAY_OPS
 
-QUANT_OPS = ("dynamic_int8_quant", "int8_scaled_mm", "w4a16_mm")
+QUANT_OPS = ("dynamic_int8_quant", "int8_scaled_mm", "w4a16_mm", "w8a8_fused_moe")
 
 
 def _verdict(op: str, inputs: dict, options: dict, outputs) -> str | None:
@@ -135,3 +135,31 @@ def test_a_capture_of_the_quant_ops_replays_and_a_rerun_on_a_wrong_kernel_fails(
         outcomes = {c.op: (c.outcome, c.failure.clause if c.failure else None) for c in rerun.results}
         assert outcomes[op] == (Outcome.FAILED, clause), backend.name
         assert clause in rerun.clauses
+
+
+def test_w8a8_experts_replay_native_and_fail_a_neighbours_scale(tmp_path):
+    """The w8a8 experts' row (QUANT-MOE-W8A8 under the quant-moe row, atol times the recorded call's
+    w8a8_moe_error_scale): native's call passes, recorded through Capture.wrap and replayed; rerun on
+    a kernel that reads a neighbouring expert's scales, it fails under QUANT-MOE-W8A8."""
+    from conformance.strategies.quant_moe import W8a8MoeRecipe
+    from mutants import _quant_moe as moe_mutants
+
+    x, w13, w2, weights, ids, c13, c2 = W8a8MoeRecipe((6, 64, 64, 8, 2), torch.bfloat16, seed=1).make()
+    inputs = {"x": x, "w13": w13, "w2": w2, "topk_weights": weights, "topk_ids": ids, "w13_scale": c13,
+              "w2_scale": c2}  # fmt: skip
+    wrong = moe_mutants.MoeNeighbourExpertScale()
+    out = wrong.w8a8_fused_moe(x, w13, w2, weights, ids, w13_scale=c13, w2_scale=c2)
+    assert _verdict("w8a8_fused_moe", inputs, {}, [out]) == "QUANT-MOE-W8A8"
+    with Capture(tmp_path / "cap", source="w8a8-experts") as cap:
+        experts = cap.wrap(
+            lambda *a, **kw: NATIVE.w8a8_fused_moe(*a, **kw), "w8a8_fused_moe",
+            lambda x, w13, w2, tw, ti, *, w13_scale, w2_scale: dict(x=x, w13=w13, w2=w2, topk_weights=tw,
+                                                                     topk_ids=ti, w13_scale=w13_scale,
+                                                                     w2_scale=w2_scale),
+            name="experts",
+        )  # fmt: skip
+        experts(x, w13, w2, weights, ids, w13_scale=c13, w2_scale=c2)
+    document, problems = replay(tmp_path / "cap")
+    assert problems == [] and [c.outcome for c in document.results] == [Outcome.PASSED]
+    rerun, _ = replay(tmp_path / "cap", backend=wrong)
+    assert [(c.outcome, c.failure.clause) for c in rerun.results] == [(Outcome.FAILED, "QUANT-MOE-W8A8")]

@@ -255,7 +255,5 @@ NOT_REPLAYABLE: dict[str, str] = {
         ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz"),
         "a capture stores no fp8 tensor (store.SAFETENSORS_DTYPES has none) and no msprobe API maps to it",
     ),
-    "w8a8_fused_moe": "its atol scale is w8a8_moe_error_scale of the recorded call (QUANT-TOL), not a "
-    "scaling rule of the rows' table: a replay row for that is not written yet",
     "quant_scheme": _CONFIG,
 }

@@ -12,6 +12,9 @@ conformance/test_quant.py judges them (spec/quant.md, QUANT-TOL):
   call cannot tell them apart).
 - ``w4a16_mm``: the ``quant-weight-only`` row of x's dtype, atol scaled by ``gemm_scale`` of x and
   the dequantized int4 weight (QUANT-W4A16-MM).
+- ``w8a8_fused_moe``: the ``quant-moe`` row of x's dtype, atol scaled by ``w8a8_moe_error_scale`` of
+  the recorded call (QUANT-MOE-W8A8, QUANT-TOL), as conformance/test_quant_moe.py judges it; its
+  refinements (-INPUT, -SCALES, -REQUANT) are the property's, a recorded call cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from conformance.quant_checks import check_on_grid, check_quantized, check_scale
 from conformance.tolerances import gemm_scale
 
 MM_TENSORS = ("a", "b", "scale_a", "scale_b", "bias")
+MOE_TENSORS = ("x", "w13", "w2", "topk_weights", "topk_ids", "w13_scale", "w2_scale")
+MOE_SCALES = frozenset({"w13_scale", "w2_scale"})  # the oracle takes them by keyword
 
 
 def _host(outputs: list) -> list:
@@ -79,6 +84,13 @@ def _w4a16_scale(inputs, options):
     return gemm_scale(inputs["x"], weight)
 
 
+def _moe_scale(inputs, options):
+    from reference.quant_moe import w8a8_moe_error_scale
+
+    args = [inputs[n] for n in MOE_TENSORS if n not in MOE_SCALES]
+    return w8a8_moe_error_scale(*args, **{n: inputs[n] for n in MOE_SCALES})
+
+
 def ROWS(row):  # noqa: N802 (the row type, passed in: ops imports this module)
     """The rows, built with ``row`` (``ops.ReplayOp``)."""
     return (
@@ -96,5 +108,9 @@ def ROWS(row):  # noqa: N802 (the row type, passed in: ops imports this module)
             "w4a16_mm", "reference.quant_w4a16:w4a16_mm", "QUANT-W4A16-MM", "quant-weight-only",
             ("x", "qweight", "scales", "qzeros"), ("group_size", "packing"), ("out",),
             atol_scale=_w4a16_scale,
+        ),
+        row(
+            "w8a8_fused_moe", "reference.quant_moe:w8a8_fused_moe", "QUANT-MOE-W8A8", "quant-moe",
+            MOE_TENSORS, (), ("out",), keywords=MOE_SCALES, atol_scale=_moe_scale,
         ),
     )  # fmt: skip
