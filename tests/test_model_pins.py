@@ -319,5 +319,3 @@ def test_quant_draws_are_the_models_linear_layers():
     default = st.builds(quant.BlockMmRecipe, st.sampled_from((1, 2)), st.just(5), st.just(7),
                         st.just(torch.float8_e4m3fn), st.just(torch.float32), st.integers(0, 99))  # fmt: skip
     assert _drawn(quant_pins.at_model(default, quant_pins.block_mm), {}) == _drawn(default, {})
-    del qwen.pins["quant.linear"]  # the pin check sees the quant ops' pins
-    assert unpinned_ops(qwen) == ["dynamic_int8_quant", "int8_scaled_mm"]
