@@ -7,8 +7,9 @@ the native op, which the Ascend op cannot take) and adds the scale's trailing di
 activation scale as ``pertoken_scale`` (a per-tensor one expanded to m), the bias in the output dtype
 (the op's table allows it with a pertoken_scale). Operands are made contiguous (inferred: the op
 takes ND tensors; a transposed int8 weight is copied). ``w8a8_fused_moe`` is vllm-ascend's
-W8A8-dynamic expert path (CANN-GROUPED-MATMUL-W8A8, CANN-DEQUANT-SWIGLU-QUANT). The fp8 ops have no
-Ascend mapping here.
+W8A8-dynamic expert path (CANN-GROUPED-MATMUL-W8A8, CANN-DEQUANT-SWIGLU-QUANT). ``w4a16_mm`` is
+vllm-ascend's AWQ / GPTQ path over ``npu_weight_quant_batchmatmul`` (CANN-WEIGHT-QUANT-BMM). The fp8 ops
+have no Ascend mapping here.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import torch
 from backends import NotImplementedOp, native_quant
 from reference import quant as _quant
 from reference.quant_moe import validate_w8a8_moe_args
+from reference.quant_w4a16 import validate_w4a16_args
 
 __all__ = ["install"]
 
-_NO_FP8 = "the Ascend adapter maps the W8A8 int8 ops only (spec/ascend.md, CANN-QUANT-MATMUL)"
+_NO_FP8 = "the Ascend adapter maps the int8 and int4 ops only (spec/ascend.md, CANN-QUANT-MATMUL)"
 
 
 def dynamic_int8_quant(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,10 +81,37 @@ def dequant_swiglu_args(self) -> dict:
     return {"activate_left": True, "quant_mode": 1}
 
 
+def w4a16_mm(self, x, qweight, scales, qzeros, *, group_size, packing):
+    """CANN-WEIGHT-QUANT-BMM: the checkpoint's unsigned nibbles q (AWQ's interleave undone, GPTQ's
+    rows unpacked along K) repacked as signed int4 q - 8 by npu_convert_weight_to_int4pack, the zeros
+    z (v1: stored + 1) as the added offset 8 - z, so (q - 8 + 8 - z) * scale; a float32 x, which the
+    op does not take, goes through the native op."""
+    _, n, g = validate_w4a16_args(x, qweight, scales, qzeros, group_size, packing)
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return native_quant.w4a16_mm(x, qweight, scales, qzeros, group_size=g, packing=packing)
+    if packing == "awq":
+        q, zeros = native_quant.awq_columns(qweight), native_quant.awq_columns(qzeros)
+    else:  # QUANT-W4A16-ZEROS: a v1 checkpoint stores the zero minus one
+        q = native_quant.nibbles(qweight).transpose(-1, -2).reshape(-1, n)
+        zeros = native_quant.nibbles(qzeros).flatten(-2) + (1 if packing == "gptq" else 0)
+    weight = self.ops.npu_convert_weight_to_int4pack((q - 8).to(torch.int32).contiguous())
+    offset = self.int4_antiquant_offset(zeros, packing).to(x.dtype)
+    return self.ops.npu_weight_quant_batchmatmul(
+        x.contiguous(), weight, scales.contiguous(), offset.contiguous(), antiquant_group_size=g
+    )
+
+
+def int4_antiquant_offset(self, zeros: torch.Tensor, packing: str) -> torch.Tensor:
+    """The op adds its offset to the signed weight q - 8: 8 - zero gives q - zero (as vllm-ascend's AWQ
+    method's ``-(qzeros - 8)``)."""
+    return 8 - zeros
+
+
 def install(cls) -> None:
     """The quant ops as methods of the adapter class ``cls``; the fp8 ones not implemented, with why."""
-    for op in (dynamic_int8_quant, int8_scaled_mm, w8a8_fused_moe, dequant_swiglu_args):
+    for op in (dynamic_int8_quant, int8_scaled_mm, w8a8_fused_moe, dequant_swiglu_args, w4a16_mm,
+               int4_antiquant_offset):  # fmt: skip
         setattr(cls, op.__name__, op)
-    for op in ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz", "w4a16_mm"):
+    for op in ("fp8_quant", "fp8_group_quant", "fp8_block_scaled_mm", "fp8_fn_to_fnuz"):
         setattr(cls, op, NotImplementedOp(_NO_FP8))
     cls.quant_scheme = NotImplementedOp("config parsing is the serving framework's, not the kernel's")

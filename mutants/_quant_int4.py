@@ -6,6 +6,7 @@ import torch
 
 from backends import native_quant as nq
 from backends.native import NativeBackend
+from backends.npu import AscendBackend, emulator_unavailable, load_emulator
 from reference.quant_w4a16 import validate_w4a16_args
 
 
@@ -123,6 +124,26 @@ class Int4SignedNibbles(NativeBackend):
         return _dequant_mm(x, torch.where(q >= 8, q - 16, q), zeros, scales, g)
 
 
+class NpuGptqOffsetAsZero(AscendBackend):
+    """The Ascend adapter passes a GPTQ checkpoint's zero (less 8) as npu_weight_quant_batchmatmul's
+    antiquant_offset, which the op adds: (q - 8) + (zero - 8) instead of q - zero.
+
+    Origin: the offset read as a zero point (CANN-WEIGHT-QUANT-BMM: ``(weight + antiquant_offset) *
+    antiquant_scale``); right only for symmetric zeros (8), as a GPTQ method in the public code index
+    unpacks the zeros with ``- 8`` and passes them as they are, where the AWQ method negates them.
+    Caught by: QUANT-W4A16-ZEROS, QUANT-W4A16-MM.
+    """
+
+    name = "npu-gptq-offset-as-zero"
+    clauses = {"QUANT-W4A16-ZEROS", "QUANT-W4A16-MM"}
+
+    def __init__(self):
+        super().__init__(self.name, load_emulator, emulator_unavailable)
+
+    def int4_antiquant_offset(self, zeros, packing):
+        return 8 - zeros if packing == "awq" else zeros - 8
+
+
 INT4_MUTANTS = [
     AwqReadInOrder(),
     GptqV1ZeroNotIncremented(),
@@ -130,4 +151,5 @@ INT4_MUTANTS = [
     ZeroStrideGroup32(),
     GroupSizeFixed128(),
     Int4SignedNibbles(),
+    NpuGptqOffsetAsZero(),
 ]

@@ -20,7 +20,7 @@ from opconform import mutation
 FAMILIES = [name.split(".", 1)[1] for name in mutation.families()]
 # Two families a run, paired so that the runs take about as long (CPU-s measured per family:
 # activations 8, serving 7, rope 7, norms 6, the others 5; padding 3 beside a pair's start-up;
-# invariance 1; quant 6, measured with its 40 mutants); a new family joins the lightest pair.
+# invariance 1; quant 6.5 with its 41 mutants, the int4 Ascend one 0.5); a new family joins the lightest pair.
 PAIRS = [
     ("activations", "masks"),
     ("serving", "kv_cache", "invariance"),

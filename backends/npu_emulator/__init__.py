@@ -20,6 +20,7 @@ from backends.npu_emulator.norms import npu_add_rms_norm, npu_rms_norm
 from backends.npu_emulator.quant import npu_dynamic_quant, npu_quant_matmul
 from backends.npu_emulator.quant_moe import npu_dequant_swiglu_quant, npu_grouped_matmul
 from backends.npu_emulator.rope import npu_apply_rotary_pos_emb, npu_mrope, npu_rotary_mul
+from backends.npu_emulator.weight_quant import npu_convert_weight_to_int4pack, npu_weight_quant_batchmatmul
 
 __all__ = ["npu_geglu", "npu_swiglu", "npu_gelu", "npu_fast_gelu", "npu_fused_infer_attention_score"]
 __all__ += ["npu_moe_gating_top_k", "npu_moe_gating_top_k_softmax"]
@@ -28,3 +29,4 @@ __all__ += ["npu_scatter_pa_kv_cache", "npu_scatter_nd_update_", "_npu_reshape_a
 __all__ += ["npu_rms_norm", "npu_add_rms_norm"]
 __all__ += ["npu_fused_infer_attention_score_v2", "_npu_paged_attention"]
 __all__ += ["npu_dynamic_quant", "npu_quant_matmul", "npu_dequant_swiglu_quant", "npu_grouped_matmul"]
+__all__ += ["npu_weight_quant_batchmatmul", "npu_convert_weight_to_int4pack"]
