@@ -392,9 +392,15 @@ TOLERANCES.update({"quant": _QUANT, "quant-weight-only": _W4A16, "quant-moe": _Q
 TOLERANCES["quant-scale"] = {torch.float32: Tolerance(rtol=2.4e-7, atol=0.0)}
 
 
-def gemm_scale(a_deq: torch.Tensor, b_deq: torch.Tensor) -> torch.Tensor:
-    """QUANT-TOL (spec/quant.md): the GEMMs' atol scale M = |a_deq| @ |b_deq| ([M, K] and [K, N])."""
-    return a_deq.detach().cpu().double().abs() @ b_deq.detach().cpu().double().abs()
+# QUANT-TOL: the K up to which the quant row's atol (5e-4) covers a float32 sum's first-order K u32.
+QUANT_SUM_K = 8192
+
+
+def gemm_scale(a_deq: torch.Tensor, b_deq: torch.Tensor, *, float32_sum: bool = True) -> torch.Tensor:
+    """QUANT-TOL (spec/quant.md): the GEMMs' atol scale M = |a_deq| @ |b_deq| ([M, K] and [K, N]);
+    with ``float32_sum`` (the quant row) times K / QUANT_SUM_K past that K (a model's K, MODEL-QUANT)."""
+    scale = a_deq.detach().cpu().double().abs() @ b_deq.detach().cpu().double().abs()
+    return scale * max(1.0, a_deq.shape[-1] / QUANT_SUM_K) if float32_sum else scale
 
 
 SCALING_RULES = SCALING_RULES + (pair_scale, angle_scale, gemm_scale)

@@ -161,3 +161,16 @@ def test_the_reported_geglu_view_and_copy_conform_as_a_metamorphic_pair():
         assert_close(view.half(), copy, clause="ACT-VIEWS", context="c", family="activations")
     assert_close(view.half(), copy, clause="ACT-VIEWS", context="c", family="activations",
                  expected_as="backend's contiguous-copy result")  # fmt: skip
+
+
+def test_gemm_scale_grows_with_k_past_the_quant_rows_reach():
+    """QUANT-TOL: the quant row's atol 5e-4 M covers a float32 sum's K u32 M up to K 8192; past it M
+    grows as K / 8192 (a model's K, MODEL-QUANT); w4a16's scale (no such sum in its row) does not."""
+    from conformance.tolerances import QUANT_SUM_K, gemm_scale, tolerance
+
+    atol = tolerance("quant", torch.bfloat16).atol
+    for k in (7168, QUANT_SUM_K, 12288, 18432):
+        a, b = torch.ones(1, k), torch.ones(k, 1)
+        assert float(gemm_scale(a, b)) * atol >= k * 2.0**-24 * k  # K u32 M, M = k here
+        assert float(gemm_scale(a, b, float32_sum=False)) == k
+    assert float(gemm_scale(torch.ones(1, 16384), torch.ones(16384, 1))) == 2 * 16384

@@ -81,7 +81,7 @@ def _w4a16_scale(inputs, options):
     from reference.quant_w4a16 import w4a16_weight
 
     weight = w4a16_weight(*(inputs[n] for n in ("qweight", "scales", "qzeros")), **options)
-    return gemm_scale(inputs["x"], weight)
+    return gemm_scale(inputs["x"], weight, float32_sum=False)
 
 
 def _moe_scale(inputs, options):
