@@ -384,15 +384,16 @@ def pytest_runtest_setup(item):
     reason = failfast.skip_reason(item.config, backend)
     if reason:
         pytest.skip(reason)
-    if device is not None:
-        reason = backend.unavailable(device)
-        if reason:
-            pytest.skip(f"backend {backend.name!r} unavailable on {device.type}: {reason}")
+    # The op first: lacking it is "not implemented" anywhere; unavailable() may import (diffusers: seconds).
     op_mark = item.get_closest_marker("op")
     if op_mark:
         reason = _registry().not_implemented_reason(backend, op_mark.args[0])
         if reason:
             pytest.skip(reason)
+    if device is not None:
+        reason = backend.unavailable(device)
+        if reason:
+            pytest.skip(f"backend {backend.name!r} unavailable on {device.type}: {reason}")
     reason = selection.out_of_scope(backend, item.iter_markers("clause")) or promises.skip_reason(
         item, backend
     )
