@@ -384,8 +384,7 @@ def pytest_runtest_setup(item):
     reason = failfast.skip_reason(item.config, backend)
     if reason:
         pytest.skip(reason)
-    # The op first: lacking it is "not implemented" anywhere; unavailable() may import (diffusers: seconds).
-    op_mark = item.get_closest_marker("op")
+    op_mark = item.get_closest_marker("op")  # first: unavailable() may import (diffusers: seconds)
     if op_mark:
         reason = _registry().not_implemented_reason(backend, op_mark.args[0])
         if reason:
