@@ -1,4 +1,4 @@
-"""Per-element atol scales of the rope and quantized-GEMM rows (spec/tolerances.md, ROPE-TOL; spec/quant.md,
+"""Per-element atol scales of the rope and quantized-GEMM rows (spec/rope.md, ROPE-TOL; spec/quant.md,
 QUANT-TOL): pure functions of the inputs, apart from conformance.tolerances so the table stays one
 readable module; it imports and re-exports them (callers use ``conformance.tolerances``)."""
 
