@@ -280,7 +280,7 @@ def latest_parts(document: dict, matrix: rep.Matrix, columns: list[str], run: Ru
         if column in parts:
             parts[column]["cells"][row] = {
                 "state": cell.state,
-                "text": render._cell_text(cell),
+                "text": render.cell_text(cell),
                 "reasons": cell.reasons,
             }
     for result in document["results"]:

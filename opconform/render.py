@@ -53,7 +53,7 @@ def omitted_line(omitted: int) -> list[str]:
     return [f"({omitted} clause rows omitted: every cell n/i)"] if omitted else []
 
 
-def _cell_text(cell: rep.Cell | None) -> str:
+def cell_text(cell: rep.Cell | None) -> str:
     if cell is None:
         return "-"
     counts, state = cell.counts, cell.state
@@ -64,7 +64,7 @@ def _cell_text(cell: rep.Cell | None) -> str:
     return f"{SHORT[state]} {counts[state]}/{cell.judged}" + (f" ({apart})" if apart else "")
 
 
-def _summary_line(column: str, counts) -> str:
+def summary_line(column: str, counts) -> str:
     """``mine@cpu: 2 FAIL (MUST), 9 should-fail (SHOULD); 48 pass, 9 skip``: the verdicts first."""
     must = sum(counts[s] for s in rep.BROKEN)
     should = sum(counts[s] for s in rep.SHOULD_BROKEN)
@@ -81,7 +81,7 @@ def text(document: dict) -> str:
     lines += ["opconform summary (cases per backend@device; MUST failures fail the run, SHOULD ones only "
               "with --strict):"]  # fmt: skip
     for column, counts in rep.backend_summary(document).items():
-        lines.append("  " + _summary_line(column, counts))
+        lines.append("  " + summary_line(column, counts))
     lines += readiness.text_lines(document)  # a model profile run's (MODEL-READINESS)
     rows, omitted = matrix_rows(matrix, checked_only=True)
     width = max([len(r) for r in rows] + [6])
@@ -97,9 +97,7 @@ def text(document: dict) -> str:
         + "  ".join(c.ljust(w) for c, w in zip(matrix.columns, widths, strict=True)),
     ]
     for row in rows:
-        cells = [
-            _cell_text(matrix.cell(row, c)).ljust(w) for c, w in zip(matrix.columns, widths, strict=True)
-        ]
+        cells = [cell_text(matrix.cell(row, c)).ljust(w) for c, w in zip(matrix.columns, widths, strict=True)]
         lines.append(row.ljust(width) + f"  {matrix.levels.get(row, '-'):<6}  " + "  ".join(cells).rstrip())
     lines += omitted_line(omitted)
     lines.append(f"({LEGEND})")
@@ -161,7 +159,7 @@ def markdown(document: dict) -> str:
     lines += ["", "## Summary", "", "| backend@device | verdict | " + " | ".join(rep.STATES) + " |"]
     lines.append("|---" * (len(rep.STATES) + 2) + "|")
     for column, counts in rep.backend_summary(document).items():
-        verdict = _summary_line(column, counts).partition(": ")[2].partition(" (")[0]
+        verdict = summary_line(column, counts).partition(": ")[2].partition(" (")[0]
         lines.append(f"| {column} | {verdict} | " + " | ".join(str(counts[s]) for s in rep.STATES) + " |")
     lines += ["", "## Matrix", "", "| family | clause | level | " + " | ".join(matrix.columns) + " |"]
     lines.append("|---" * (len(matrix.columns) + 3) + "|")
@@ -170,7 +168,7 @@ def markdown(document: dict) -> str:
         cells = []
         for column in matrix.columns:
             cell = matrix.cell(row, column)
-            label = _cell_text(cell)
+            label = cell_text(cell)
             if cell is not None and cell.state in (rep.SKIP, rep.EXPECTED) and cell.reasons:
                 label += f" ({_md_escape('; '.join(cell.reasons))[:120]})"
             elif cell is None and row in matrix.rules:
@@ -183,7 +181,7 @@ def markdown(document: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-_CSS = """
+CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:3px 6px;text-align:left}
 th{background:#f4f4f4;position:sticky;top:0}td.st{text-align:center;white-space:nowrap}
@@ -194,7 +192,7 @@ th{background:#f4f4f4;position:sticky;top:0}td.st{text-align:center;white-space:
 details{margin:.4em 0}pre{background:#f7f7f7;padding:.5em;overflow:auto;max-height:20em}
 code{background:#f2f2f2;padding:0 3px}
 """
-_CLASS = {
+STATE_CLASS = {
     rep.CRASH: "fail",
     rep.TIMEOUT: "fail",
     rep.FAIL: "fail",
@@ -251,7 +249,7 @@ def html_page(document: dict) -> str:
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<title>opconform conformance report</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{CSS}</style></head><body>",
         "<h1>opconform conformance report</h1>",
         *[f"<p class='headline'><strong>{esc(line)}</strong></p>" for line in document.get("headline") or []],
     ]
@@ -272,7 +270,7 @@ def html_page(document: dict) -> str:
     parts.append("<h2>Summary</h2><table id='summary'><tr><th>backend@device</th><th>verdict</th>")
     parts += [f"<th>{esc(s)}</th>" for s in rep.STATES] + ["</tr>"]
     for column, counts in rep.backend_summary(document).items():
-        verdict = _summary_line(column, counts).partition(": ")[2].partition(" (")[0]
+        verdict = summary_line(column, counts).partition(": ")[2].partition(" (")[0]
         parts.append(f"<tr><td>{esc(column)}</td><td>{esc(verdict)}</td>")
         parts.append("".join(f"<td>{counts[s]}</td>" for s in rep.STATES) + "</tr>")
     parts += ["</table>", "<h2>Matrix</h2><div id='filters'>"]
@@ -299,9 +297,9 @@ def html_page(document: dict) -> str:
         for column in matrix.columns:
             backend, device = column.split(" [")[0].split("@")
             cell = matrix.cell(row, column)
-            state_class = _CLASS[cell.state] if cell else "none"
+            state_class = STATE_CLASS[cell.state] if cell else "none"
             title = "; ".join(cell.reasons) if cell else (matrix.rules.get(row) or "not run")
-            label = _cell_text(cell) if cell or row not in matrix.rules else "rule"
+            label = cell_text(cell) if cell or row not in matrix.rules else "rule"
             parts.append(
                 f"<td class='st {state_class}' data-column data-backend='{esc(backend)}' "
                 f"data-device='{esc(device)}' title='{esc(title)}'>{esc(label)}</td>"

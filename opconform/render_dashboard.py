@@ -22,7 +22,7 @@ from opconform.dashboard import CODE, STATE, Product, Run, Site, diff_runs
 esc = html.escape
 HISTORY_RUNS = 40  # the runs a history strip shows, newest last: a page stays small with hundreds
 CSS = (
-    render._CSS
+    render.CSS
     + """
 nav{margin-bottom:1em}nav a{margin-right:1.2em}
 .regress{border:2px solid #c33;background:#fff4f4;padding:.3em .8em;margin:.5em 0}
@@ -71,7 +71,7 @@ def _cell(cell: dict | None, *, clause: str | None = None) -> str:
     if clause:
         text = f"<a href='{clause_page(clause)}'>{text}</a>"
     title = esc("; ".join(cell["reasons"]))
-    return f"<td class='st {render._CLASS[cell['state']]}' title='{title}'>{text}</td>"
+    return f"<td class='st {render.STATE_CLASS[cell['state']]}' title='{title}'>{text}</td>"
 
 
 def _strip(site: Site, product: Product, clause: str) -> str:
@@ -89,13 +89,13 @@ def _strip(site: Site, product: Product, clause: str) -> str:
     for code, first, last, count in stretches:
         state = STATE.get(code)
         span = first.label if count == 1 else f"{first.label} to {last.label} ({count} runs)"
-        css, title = render._CLASS[state] if state else "none", esc(f"{span}: {state or 'not run'}")
+        css, title = render.STATE_CLASS[state] if state else "none", esc(f"{span}: {state or 'not run'}")
         cells.append(f"<td class='h {css}' colspan='{count}' title='{title}'>{code}</td>")
     return "".join(cells)
 
 
 def _verdict(run: Run, column: str) -> str:
-    return render._summary_line(column, run.counts.get(column) or {}).partition(": ")[2]
+    return render.summary_line(column, run.counts.get(column) or {}).partition(": ")[2]
 
 
 def _case_link(site: Site, index: int) -> str:
