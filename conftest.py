@@ -29,6 +29,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported; subpr
 # process, measured). The repository's own runs write the bytecode caches (__pycache__, gitignored).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+# anyio's pytest plugin imports trio where the image has it installed: 0.24 CPU-s in each of the ~130
+# pytest processes (workers, controllers, subprocess runs) a self-test run starts, for a plugin no test
+# here uses. pyproject's addopts blocks it in this process and its workers, this in the subprocesses.
+os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS"), "-p no:anyio"]))
 
 
 def pytest_configure(config):

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from suite_runner import produced_once
 
 from opconform import report
 
@@ -107,16 +108,11 @@ def _run(command: list[str], cwd: Path, installed: Path | None = None) -> subpro
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
-@pytest.fixture(scope="module")
-def supervised(tmp_path_factory):
+def _supervised_run(root: Path, compiler: str) -> dict:
     """One `opconform run --timeout 3 --profile dev` of the blocked and abort backends, into a folder
-    that holds a stale stacks file of an earlier report."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler (cc, gcc) to build the blocking loop")
-    if importlib.util.find_spec("xdist") is None:
-        pytest.skip("pytest-xdist is not installed: no worker process to supervise")
-    folder = tmp_path_factory.mktemp("watchdog")
+    that holds a stale stacks file of an earlier report: its folders and process outcome."""
+    folder = root / "watchdog"
+    folder.mkdir()
     (folder / "block.c").write_text(BLOCK_C)
     library, source = folder / "libblock.so", folder / "block.c"
     subprocess.run(
@@ -128,8 +124,8 @@ def supervised(tmp_path_factory):
     # opconform as an installed suite (its modules under site-packages): Hypothesis draws some values
     # from constants of the loaded modules outside site-packages, and a rerun of one case loads
     # fewer of a checkout's modules than the run did (docs/running.md, Hangs and crashes).
-    installed = tmp_path_factory.mktemp("installed") / "site-packages"
-    installed.mkdir()
+    installed = root / "installed" / "site-packages"
+    installed.mkdir(parents=True)
     for package in ("conformance", "backends", "reference", "opconform"):
         (installed / package).symlink_to(REPO / package, target_is_directory=True)
     out = folder / "out"
@@ -141,6 +137,22 @@ def supervised(tmp_path_factory):
     started = time.monotonic()
     proc = _run(command, folder, installed)
     print(f"opconform run took {time.monotonic() - started:.1f} s")  # a figure, never asserted
+    paths = {"folder": str(folder), "installed": str(installed), "out": str(out)}
+    return {**paths, "returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+@pytest.fixture(scope="module")
+def supervised(tmp_path_factory):
+    """The watchdog run (``_supervised_run``), once per session: a worker that gets some of this
+    module's tests reads the run another worker made instead of waiting out the hang again."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler (cc, gcc) to build the blocking loop")
+    if importlib.util.find_spec("xdist") is None:
+        pytest.skip("pytest-xdist is not installed: no worker process to supervise")
+    made = produced_once(tmp_path_factory, "opconform-watchdog", lambda root: _supervised_run(root, compiler))
+    folder, installed, out = (Path(made[key]) for key in ("folder", "installed", "out"))
+    proc = subprocess.CompletedProcess([], made["returncode"], made["stdout"], made["stderr"])
     assert (out / "report.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     document = report.load(out / "report.json")
     cases = {case["nodeid"]: case for case in document["results"]}
