@@ -189,8 +189,8 @@ class SuiteProfile:
         finally:
             settings.load_profile(previous)
 
-    def _scope(self, path, applies: bool = True):
-        return self._loaded() if applies and self.is_suite_path(path) else contextlib.nullcontext()
+    def _scope(self, path):
+        return self._loaded() if self.is_suite_path(path) else contextlib.nullcontext()
 
     def _rebind(self, path: Path) -> None:
         """Execute the module at ``path`` again (the suite's profile loaded) when it was imported
@@ -210,8 +210,8 @@ class SuiteProfile:
             try:
                 return (yield)
             finally:  # the module and the suite modules it imported ran under the profile
-                new = (sys.modules[name] for name in set(sys.modules) - before)
-                self.bound |= {m.__name__ for m in new if _file(m) and self.is_suite_path(_file(m))}
+                files = {name: _file(sys.modules[name]) for name in set(sys.modules) - before}
+                self.bound |= {name for name, file in files.items() if file and self.is_suite_path(file)}
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
