@@ -195,8 +195,9 @@ class SuiteProfile:
     def _rebind(self, path: Path) -> None:
         """Execute the module at ``path`` again (the suite's profile loaded) when it was imported
         before this run collected it under that profile."""
+        stem = path.stem  # the name's last part compared first: ~1,500 modules are loaded
         for name, module in list(sys.modules.items()):
-            if name not in self.bound and _same_file(module, path):
+            if name.rpartition(".")[2] == stem and name not in self.bound and _same_file(module, path):
                 importlib.reload(module)
                 self.bound.add(name)
 
@@ -225,5 +226,5 @@ def _file(module) -> Path | None:
 
 
 def _same_file(module, path: Path) -> bool:
-    file = _file(module)  # the name compared first: resolving every loaded module's file costs ~0.5 s
-    return file is not None and file.name == path.name and file.resolve() == Path(path).resolve()
+    file = getattr(module, "__file__", None)
+    return isinstance(file, str) and Path(file).resolve() == Path(path).resolve()
