@@ -111,8 +111,35 @@ def _notes(document: dict, matrix: rep.Matrix, *, bullet: str, code=lambda s: s,
     )
 
 
+def not_judged_lines(not_judged: dict) -> list[str]:
+    """An msprobe replay's calls it counted and did not judge (report.json: ``msprobe.not_judged``)."""
+    unmapped = not_judged.get("unmapped") or {}
+    lines = []
+    if unmapped:
+        listed = ", ".join(f"{api} x{n}" for api, n in unmapped.items())
+        lines.append(f"{sum(unmapped.values())} calls of {len(unmapped)} APIs without a contract op, "
+                     f"not judged: {listed}")  # fmt: skip
+    for reason, n in (not_judged.get("outside") or {}).items():
+        lines.append(f"{n} call(s) outside their contract op, not judged: {reason}")
+    if not_judged.get("backward"):
+        lines.append(f"{not_judged['backward']} backward record(s) of mapped APIs, not judged (forward only)")
+    return lines
+
+
+def _not_judged(document: dict) -> list[tuple[str, list[str]]]:
+    """Each replayed msprobe dump's not-judged lines, with the dump they are about (merged runs
+    keep theirs under ``merged_from``)."""
+    found = []
+    for run in document.get("merged_from") or [document]:
+        lines = not_judged_lines((run.get("msprobe") or {}).get("not_judged") or {})
+        if lines:
+            name = f"{run['name']}: " if run.get("name") else ""
+            found.append((f"{name}msprobe dump {run.get('capture')}", lines))
+    return found
+
+
 def _after_failures(document: dict, matrix: rep.Matrix, *, bullet: str) -> list[str]:
-    """Expectations to update, warnings and the clauses no case checked."""
+    """Expectations to update, warnings, what a replay did not judge and the clauses no case checked."""
     lines = []
     notes = [e for e in document.get("expectations") or [] if e.get("status") in ("stale", "unexpected pass")]
     if notes:
@@ -129,6 +156,8 @@ def _after_failures(document: dict, matrix: rep.Matrix, *, bullet: str) -> list[
     if warnings:
         lines += ["", f"Warnings ({len(warnings)}):"]
         lines += [f"{bullet}{warning}" for warning in warnings]
+    for about, listed in _not_judged(document):
+        lines += ["", f"Not judged ({about}):"] + [f"{bullet}{line}" for line in listed]
     uncovered = rep.coverage(document, matrix)["uncovered"]
     if uncovered:
         lines += ["", f"Clauses no case checked in this run: {', '.join(uncovered)}"]
@@ -330,6 +359,9 @@ def html_page(document: dict) -> str:
                 f"<td>{esc(entry.get('note', ''))}</td></tr>"
             )
         parts.append("</table>")
+    for about, listed in _not_judged(document):
+        parts.append(f"<h2>Not judged</h2><p>{esc(about)}</p><ul class='not-judged'>")
+        parts += [f"<li>{esc(line)}</li>" for line in listed] + ["</ul>"]
     uncovered = rep.coverage(document, matrix)["uncovered"]
     uncovered_text = esc(", ".join(uncovered) or "none")
     parts.append(f"<h2>Coverage</h2><p id='uncovered'>Clauses no case checked: {uncovered_text}</p>")

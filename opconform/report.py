@@ -38,6 +38,7 @@ ANY_BROKEN = (*BROKEN, *SHOULD_BROKEN)
 UNJUDGED = (NOT_IMPLEMENTED, SKIP)
 NO_CLAUSE = "(no clause)"
 RUN_FIELDS = ("host", "created", "torch", "profile", "devices", "backends", "product", "cards")
+REPLAY_FIELDS = ("capture", "capture_format", "msprobe")
 
 ReportError = results.ResultsError
 
@@ -294,6 +295,8 @@ def merge(documents: list[dict], *, names: list[str] | None = None) -> dict:
                 **{k: document.get(k) for k in RUN_FIELDS},
                 "exitstatus": document.get("exitstatus"),
                 "absent_devices": document.get("absent_devices") or {},
+                # a replay's: its capture folder and what it did not judge (the report lists it)
+                **{k: document[k] for k in REPLAY_FIELDS if k in document},
             }
         )
         merged["absent_devices"].update(document.get("absent_devices") or {})

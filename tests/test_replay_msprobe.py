@@ -12,6 +12,7 @@ xdist workers through a lock file.
 from __future__ import annotations
 
 import fcntl
+import html
 import json
 import os
 import pickle
@@ -25,7 +26,7 @@ import pytest
 import torch
 
 from conformance.results import Outcome
-from opconform import cli
+from opconform import cli, render, report
 from opconform.capture.msprobe_map import MAPPINGS
 from opconform.capture.msprobe_replay import replay_msprobe
 
@@ -112,6 +113,7 @@ def test_the_command_prints_the_unmapped_apis_and_a_failure_reruns_alone(dump, t
     printed = capsys.readouterr().out
     assert "APIs without a contract op, not judged: Functional.embedding x1, Functional.linear x" in printed
     assert "outside their contract op, not judged: gelu: approximate='none'" in printed
+    assert printed.count("APIs without a contract op") == 1  # the report's text, printed once
     report = json.loads((out / "report.json").read_text())
     assert set(report["msprobe"]["not_judged"]["unmapped"]) >= {"Functional.linear", "Module.LlamaMLP"}
     failing = [r for r in report["results"] if r["outcome"] == "failed"]
@@ -135,6 +137,23 @@ def test_the_command_prints_the_unmapped_apis_and_a_failure_reruns_alone(dump, t
     assert printed[0] == "no changes"
     # TOL-STATISTICS: every paired call, the planted failures too, on the same recorded inputs.
     assert "19 of 19 paired cases on the same inputs, 0 with a ratio above 1" in printed[1]
+
+
+def test_the_reports_and_a_merge_keep_what_was_not_judged(replayed):
+    """report.md, report.html and a merge of the replay list the calls it counted and did not judge,
+    as the terminal does (report.json: msprobe.not_judged)."""
+    data = replayed[0].to_dict()
+    lines = render.not_judged_lines(data["msprobe"]["not_judged"])
+    assert lines and any(
+        "APIs without a contract op, not judged: Functional.embedding x1" in x for x in lines
+    )
+    merged = report.merge([data], names=["npu"])
+    for document in (data, merged):
+        markdown, page = render.markdown(document), render.html_page(document)
+        assert all(f"- {line}" in markdown and f"<li>{html.escape(line)}</li>" in page for line in lines)
+        assert f"msprobe dump {data['capture']}" in markdown
+    assert "Not judged (npu: msprobe dump " in render.markdown(merged)
+    assert merged["merged_from"][0]["msprobe"] == data["msprobe"]
 
 
 class _OpensAFile:

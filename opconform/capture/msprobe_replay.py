@@ -98,18 +98,3 @@ def replay_msprobe(folder: str | Path, *, cases=None) -> tuple[Document, list[st
     not_judged = {"unmapped": dict(sorted(unmapped.items())), "outside": dict(outside), "backward": backward}
     meta = {"capture": str(folder), "capture_format": "msprobe", "msprobe": {"not_judged": not_judged}}
     return results_document(results, started=started, meta=meta), problems, not_judged
-
-
-def not_judged_lines(not_judged: dict) -> list[str]:
-    """What the replay printed after the summary: the calls it counted and did not judge."""
-    unmapped = not_judged["unmapped"]
-    lines = []
-    if unmapped:
-        listed = ", ".join(f"{api} x{n}" for api, n in unmapped.items())
-        lines.append(f"{sum(unmapped.values())} calls of {len(unmapped)} APIs without a contract op, "
-                     f"not judged: {listed}")  # fmt: skip
-    for reason, n in not_judged["outside"].items():
-        lines.append(f"{n} call(s) outside their contract op, not judged: {reason}")
-    if not_judged["backward"]:
-        lines.append(f"{not_judged['backward']} backward record(s) of mapped APIs, not judged (forward only)")
-    return lines

@@ -100,20 +100,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_msprobe(args: argparse.Namespace) -> int:
     from opconform import render, report
-    from opconform.capture.msprobe_replay import not_judged_lines, replay_msprobe
+    from opconform.capture.msprobe_replay import replay_msprobe
     from opconform.capture.store import CaptureError
 
     if args.backend is not None or args.device is not None:
         flag = "--backend" if args.backend is not None else "--device"
         return usage_error("replay", f"{flag}: not with --from msprobe (the dump's own outputs are judged)")
     try:
-        document, problems, not_judged = replay_msprobe(args.capture, cases=args.case)
+        document, problems, _ = replay_msprobe(args.capture, cases=args.case)
     except (CaptureError, ValueError) as exc:
         return usage_error("replay", exc)
     data = document.to_dict()
-    print(render.text(data))
-    for line in not_judged_lines(not_judged):
-        print(f"opconform replay: {line}")
+    print(render.text(data))  # with what the dump holds and was not judged (msprobe.not_judged)
     for problem in problems:
         print(f"opconform replay: {problem}", file=sys.stderr)
     if args.out:
