@@ -275,6 +275,10 @@ class NativeBackend:
 
 
 BACKEND = NativeBackend()
+# vLLM's padded step (spec/padding.md, PAD-SERVE-EMPTY): requests of zero queries and length 0.
+# Declared on the instance: a subclass that replaces paged_attention (a mutant, a user's backend
+# built on native) does not inherit the promise.
+BACKEND.empty_requests = ("paged_attention",)
 
 # The ops as plain functions, for other backends, benchmarks and mutants that build on them.
 gelu_and_mul = NativeBackend.gelu_and_mul

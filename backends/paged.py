@@ -79,14 +79,17 @@ def paged_attention(
     k_scale=None, v_scale=None,
 ):  # fmt: skip
     """SERVE: per sequence, gather its visible keys, then SDPA (or the softcap/sinks form). fp8 caches
-    are dequantized into q's dtype first (spec/kv_cache.md, KV-FP8-READ)."""
+    are dequantized into q's dtype first (spec/kv_cache.md, KV-FP8-READ). vLLM's zero-length padded
+    requests are accepted and produce no row (spec/padding.md, PAD-SERVE-EMPTY)."""
     k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, getattr(q, "dtype", None))
     meta = validate_paged_args(
         q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
-        sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
+        sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale, empty_requests=True,
     )  # fmt: skip
     out = q.new_empty(q.shape[0], q.shape[1], v_cache.shape[3])
     for b in range(meta.batch):
+        if meta.seq_lens[b] == 0:  # a zero-length padded request: no query row, no key
+            continue
         allowed, first_key = sequence_allowed(meta, b, q.device)
         table, length = meta.block_tables[b], meta.seq_lens[b]
         k = gather_positions(k_cache, table, meta.block_size, first_key, length).transpose(0, 1)

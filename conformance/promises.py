@@ -17,7 +17,13 @@ PROMISES = {
     "deterministic": ("run-to-run determinism", "DET-RUN"),
     "batch_invariant": ("batch invariance", "INV-ROW, INV-PERM, INV-SEQ"),
     "kv_split_size": ("a fixed KV split size", "INV-SPLIT, INV-PREFILL-DECODE, INV-CHUNK, INV-PREFIX"),
+    # spec/padding.md: the padding form only vLLM sends; the field's other kernels never receive it
+    "empty_requests": ("vLLM's zero-length padded requests", "PAD-SERVE-EMPTY"),
 }
+
+
+# Every clause a promise gates: a case of one is n/i for a backend that does not make it.
+GATED = frozenset(c.strip() for _, clauses in PROMISES.values() for c in clauses.split(","))
 
 
 class PromiseError(ValueError):

@@ -106,15 +106,18 @@ def _padded_metadata(batch, padding: ServePadding) -> dict:
         rows = table[picks].clone()
         rows[:, 0] = 0
     starts = batch.cu_seqlens_q.cpu().long()
+    queries = 0 if padding.empty else 1  # vLLM's zero-length form repeats T; sglang's adds one query
     meta = {
         "block_table": torch.cat([table, rows]),
-        "cu_seqlens_q": torch.cat([starts, starts[-1] + torch.arange(1, n + 1)]),
-        "seq_lens": torch.cat([batch.seq_lens.cpu().long(), torch.ones(n, dtype=torch.long)]),
+        "cu_seqlens_q": torch.cat([starts, starts[-1] + queries * torch.arange(1, n + 1)]),
+        "seq_lens": torch.cat([batch.seq_lens.cpu().long(), torch.full((n,), queries, dtype=torch.long)]),
     }
     return {k: t.to(batch.recipe.index_dtype).to(batch.device) for k, t in meta.items()}
 
 
 def _padded_q(batch, padding: ServePadding) -> torch.Tensor:
+    if padding.empty:
+        return batch.q
     return torch.cat([batch.q, fill_rows(batch.q, padding.requests, padding.q_fill, padding.seed)])
 
 
@@ -122,7 +125,7 @@ def _check_real_rows(out, batch, padding, opts, *, clause: str = "PAD-SERVE", co
     """The output has a row per query row, padded ones included; the real rows are SERVE's on the
     real batch alone (ATTN-TOL)."""
     real = batch.q.shape[0]
-    rows = real + padding.requests
+    rows = real + padding.rows
     check(
         isinstance(out, torch.Tensor) and out.dim() == 3 and out.shape[0] == rows,
         clause=clause,
@@ -150,9 +153,21 @@ def test_should_keep_a_nan_null_block_from_real_rows(backend, device, data, reci
     _check_padded_read(backend, device, data, recipe, "PAD-SERVE-NAN", ("nan",))
 
 
-def _check_padded_read(backend, device, data, recipe, clause: str, null_fills) -> None:
+@pytest.mark.clause("PAD-SERVE-EMPTY")
+@pytest.mark.op("paged_attention")
+@pytest.mark.promise("empty_requests")
+@FEW
+@given(data=st.data(), recipe=serving_recipes(**PLAIN))
+def test_empty_padded_requests_leave_real_rows(backend, device, data, recipe):
+    """vLLM's padded step: requests of zero queries and length 0 after the real ones (cu_seqlens_q
+    repeats T, seq_lens 0, a null or stale table row): T rows, the real batch's under SERVE."""
+    _check_padded_read(backend, device, data, recipe, "PAD-SERVE-EMPTY", NULL_FILLS, empty=True)
+
+
+def _check_padded_read(backend, device, data, recipe, clause: str, null_fills, *, empty=False) -> None:
     opts = options(recipe, sliding_window=data.draw(windows(recipe), label="sliding_window"))
-    padding = data.draw(serve_paddings(len(recipe.seq_lens), null_fills=null_fills), label="padding")
+    padding = data.draw(serve_paddings(len(recipe.seq_lens), null_fills=null_fills, empty=empty),
+                        label="padding")  # fmt: skip
     batch = recipe.make(device)
     k_cache, v_cache = (
         _with_null_block(t, padding.null_fill, padding.seed) for t in (batch.k_cache, batch.v_cache)

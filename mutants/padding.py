@@ -183,6 +183,32 @@ class SlotMappingZeroPadded(NativeBackend):
         native_kv_cache.write_kv_cache(key, value, k_cache, v_cache, padded, k_scale=k_scale, v_scale=v_scale)
 
 
+class EmptyRequestBorrowsARow(NativeBackend):
+    """paged_attention gives each request at least one query row, counted back from the request's
+    end (``cu_seqlens_q[b + 1] - max(1, q_len)``): a request of zero queries (vLLM's padded form)
+    then computes the row before it, the last real request's last row, over its own zero keys, and
+    writes zeros there.
+
+    Origin: a kernel that launches ``max(1, q_len)`` query rows per request (an empty program is
+    not launched, or a grid is sized by ceil-division) and indexes them from the request's end, as
+    a decode step indexes its last token; it never meets a request of zero queries outside vLLM's
+    graph padding.
+    Caught by: PAD-SERVE-EMPTY.
+    """
+
+    name = "empty-request-borrows-a-row"
+    clauses = {"PAD-SERVE-EMPTY"}
+    empty_requests = ("paged_attention",)  # it is written for vLLM's padded steps
+
+    def paged_attention(self, q, k_cache, v_cache, *, cu_seqlens_q, **kwargs):
+        out = super().paged_attention(q, k_cache, v_cache, cu_seqlens_q=cu_seqlens_q, **kwargs)
+        ends = cu_seqlens_q.tolist()
+        for start, end in zip(ends[:-1], ends[1:], strict=True):
+            if end == start:  # the borrowed row: attention over no key, written as zeros
+                out[end - 1] = 0
+        return out
+
+
 BACKENDS = [
     NormBatchMaxPrescale(),
     FusedAddEmptyResidual(),
@@ -191,4 +217,5 @@ BACKENDS = [
     RopeOffsetFromLastRow(),
     SharedSoftmaxShift(),
     SlotMappingZeroPadded(),
+    EmptyRequestBorrowsARow(),
 ]

@@ -119,11 +119,14 @@ def _sequence_count(block_table, cu_seqlens_q, seq_lens) -> int:
 
 
 def validate_paged_args(
-    q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks, scale
-) -> ServingBatch:
+    q, k_cache, v_cache, *, block_table, cu_seqlens_q, seq_lens, sliding_window, softcap, sinks, scale,
+    empty_requests: bool = False,
+) -> ServingBatch:  # fmt: skip
     """SERVE-ERRORS: every argument of paged_attention; returns the metadata as a ServingBatch.
 
-    Shared by the oracle and the backends, so all raise the same errors."""
+    Shared by the oracle and the backends, so all raise the same errors. ``empty_requests``: a
+    backend that promises vLLM's zero-length padded requests (spec/padding.md, PAD-SERVE-EMPTY)
+    accepts a request of zero queries whose ``seq_lens`` entry is 0; the oracle never does."""
     require_float_tensor(q, "q", 3)
     require_float_tensor(k_cache, "k_cache", 4)
     require_float_tensor(v_cache, "v_cache", 4)
@@ -151,9 +154,10 @@ def validate_paged_args(
     starts = [int(s) for s in cu_seqlens_q.tolist()]
     if starts[0] != 0 or starts[-1] != tokens:
         raise ValueError(f"cu_seqlens_q must run from 0 to T = {tokens}, got {starts}")
-    if any(b <= a for a, b in zip(starts, starts[1:], strict=False)):
-        raise ValueError(f"cu_seqlens_q must be strictly increasing (every query length >= 1), got {starts}")
     lengths = [int(s) for s in seq_lens.tolist()]
+    steps = list(zip(starts[:-1], starts[1:], lengths, strict=True))  # B entries each (_sequence_count)
+    if any(b <= a and not (empty_requests and b == a and length == 0) for a, b, length in steps):
+        raise ValueError(f"cu_seqlens_q must be strictly increasing (every query length >= 1), got {starts}")
     tables = []
     for b, length in enumerate(lengths):
         query_len = starts[b + 1] - starts[b]

@@ -89,16 +89,28 @@ NULL_FILLS = ("zeros", "random", "huge")
 @dataclass(frozen=True)
 class ServePadding:
     """``requests`` padded requests after the real ones, each one query at position 0 of a sequence
-    of length 1 (sglang's seq_len fill value 1), its query row holding ``q_fill``; the null block
-    (block 0, read by no real sequence) holding ``null_fill``; block-table rows of ``table`` kind."""
+    of length 1 (sglang's seq_len fill value 1), its query row holding ``q_fill``; or, ``empty``,
+    each of zero queries and length 0 (vLLM's form, PAD-SERVE-EMPTY: no query row). The null block
+    (block 0, read by no real sequence) holds ``null_fill``; block-table rows of ``table`` kind."""
 
     requests: int
     q_fill: str
     null_fill: str
     table: str
     seed: int
+    empty: bool = False
+
+    @property
+    def rows(self) -> int:
+        """The query rows the padded requests add."""
+        return 0 if self.empty else self.requests
 
     def describe(self) -> str:
+        if self.empty:
+            return (
+                f"{self.requests} zero-length padded requests (null block {self.null_fill}, "
+                f"table rows {self.table})"
+            )
         return (
             f"{self.requests} padded requests (query {self.q_fill}, null block {self.null_fill}, "
             f"table rows {self.table})"
@@ -106,13 +118,14 @@ class ServePadding:
 
 
 @st.composite
-def serve_paddings(draw, real: int, *, null_fills=NULL_FILLS) -> ServePadding:
+def serve_paddings(draw, real: int, *, null_fills=NULL_FILLS, empty: bool = False) -> ServePadding:
     """Padded requests bringing ``real`` requests up to their capture size, or 1 to 3 more."""
     requests = draw(st.sampled_from((padded_size(real) - real, 1, 2, 3)), label="padded_requests")
     return ServePadding(
         requests=requests,
-        q_fill=draw(st.sampled_from(FILLS), label="q_fill"),
+        q_fill="none" if empty else draw(st.sampled_from(FILLS), label="q_fill"),
         null_fill=draw(st.sampled_from(null_fills), label="null_fill"),
         table=draw(st.sampled_from(TABLE_ROWS), label="table_rows"),
         seed=draw(seeds()),
+        empty=empty,
     )
