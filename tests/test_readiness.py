@@ -66,3 +66,24 @@ def test_a_failure_outranks_an_unsupported_clause_and_partial_skips_still_pass()
     verdicts = _verdicts(_document(cases))
     assert verdicts["paged_attention"] == "fail" and verdicts["rms_norm"] == "pass"
     assert verdicts["rotary_embedding"] == "no case"
+
+
+def test_a_promise_the_backend_does_not_make_leaves_the_verdict_alone():
+    """native's paged_attention read `n/i: INV-PREFIX` at every model profile: a clause gated on a
+    promise (spec/invariance.md, Promises) whose every case is n/i is not one the model relies on.
+    An ungated clause with only n/i cases, or a gated one that ran and failed, still decides."""
+    why = "not implemented: backend 'emu' does not promise a fixed KV split size for paged_attention"
+    cases = [
+        _case("test_paged", "passed", "paged_attention", ["SERVE-PAGED"]),
+        _case("test_prefix", "not implemented", "paged_attention", ["INV-PREFIX"], reason=why),
+        _case("test_empty", "not implemented", "paged_attention", ["PAD-SERVE-EMPTY"], reason=why),
+        _case("test_rms", "passed", "rms_norm", ["NORM-RMS"]),
+        _case("test_rms_views", "not implemented", "rms_norm", ["NORM-VIEWS"], reason="not implemented: no"),
+        _case("test_rope", "passed", "rotary_embedding", ["ROPE-APPLY"]),
+        _case("test_rope_det", "failed", "rotary_embedding", ["DET-RUN"]),
+    ]  # fmt: skip
+    assert _verdicts(_document(cases)) == {
+        "paged_attention": "pass",
+        "rms_norm": "n/i: NORM-VIEWS (not implemented: no)",
+        "rotary_embedding": "fail",
+    }
