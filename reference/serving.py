@@ -125,7 +125,7 @@ def validate_paged_args(
     """SERVE-ERRORS: every argument of paged_attention; returns the metadata as a ServingBatch.
 
     Shared by the oracle and the backends, so all raise the same errors. ``empty_requests``: a
-    backend that promises vLLM's zero-length padded requests (spec/padding.md, PAD-SERVE-EMPTY)
+    backend that promises vLLM's zero-length padded requests (PAD-SERVE-EMPTY)
     accepts a request of zero queries whose ``seq_lens`` entry is 0; the oracle never does."""
     require_float_tensor(q, "q", 3)
     require_float_tensor(k_cache, "k_cache", 4)
