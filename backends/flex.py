@@ -323,11 +323,12 @@ class FlexBackend:
         scale, k_scale=None, v_scale=None,
     ):  # fmt: skip
         """SERVE: one packed flex_attention call over the gathered keys of every sequence (fp8 caches
-        dequantized into q's dtype first: spec/kv_cache.md, KV-FP8-READ)."""
+        dequantized into q's dtype first: spec/kv_cache.md, KV-FP8-READ). vLLM's zero-length padded
+        requests add no query and no key to the packed call (spec/padding.md, PAD-SERVE-EMPTY)."""
         k_cache, v_cache = dequantized_caches(k_cache, v_cache, k_scale, v_scale, getattr(q, "dtype", None))
         meta = validate_paged_args(
             q, k_cache, v_cache, block_table=block_table, cu_seqlens_q=cu_seqlens_q, seq_lens=seq_lens,
-            sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale,
+            sliding_window=sliding_window, softcap=softcap, sinks=sinks, scale=scale, empty_requests=True,
         )  # fmt: skip
         device, tokens, q_heads = q.device, q.shape[0], q.shape[1]
         layout = _packed_layout(meta, device)
@@ -394,4 +395,7 @@ class FlexCompiledBackend(FlexBackend):
 
 
 BACKEND = FlexBackend("flex", compiled=False)
+# vLLM's FlexAttention backend runs its graph-padded steps (spec/padding.md, PAD-SERVE-EMPTY); on the
+# instance, so a subclass that replaces paged_attention does not inherit the promise.
+BACKEND.empty_requests = ("paged_attention",)
 COMPILED = FlexCompiledBackend("flex-compiled", compiled=True)

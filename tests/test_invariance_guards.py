@@ -110,7 +110,7 @@ def test_the_promises_gate_as_the_spec_says():
 def test_ordinary_builtin_backends_are_not_promised():
     """Every built-in but the invariant reference promises no batch invariance and no split size
     (n/i, never failed); the Ascend adapter promises DET-RUN for paged_attention only (spec/ascend.md,
-    CANN-DETERMINISM); native alone accepts vLLM's zero-length padded requests (PAD-SERVE-EMPTY)."""
+    CANN-DETERMINISM); native and flex accept vLLM's zero-length padded requests (PAD-SERVE-EMPTY)."""
     ops = ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "select_experts", "fused_moe", "paged_attention")
     for name, target in backends.BUILTIN.items():
         backend = backends.import_attr(target)
@@ -121,7 +121,7 @@ def test_ordinary_builtin_backends_are_not_promised():
                 ascend = name.startswith("npu") and (promise, op) == ("deterministic", "paged_attention")
                 vllm_padding = promise == "empty_requests"
                 kept = (
-                    (name == "native" and (vllm_padding and op == "paged_attention"))
+                    (name in ("native", "flex") and vllm_padding and op == "paged_attention")
                     or (name == "invariant" and split_op and not vllm_padding)
                     or ascend
                 )
