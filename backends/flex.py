@@ -395,7 +395,6 @@ class FlexCompiledBackend(FlexBackend):
 
 
 BACKEND = FlexBackend("flex", compiled=False)
-# vLLM's FlexAttention backend runs its graph-padded steps (spec/padding.md, PAD-SERVE-EMPTY); on the
-# instance, so a subclass that replaces paged_attention does not inherit the promise.
+# vLLM's FlexAttention backend runs its graph-padded steps (PAD-SERVE-EMPTY); a subclass does not inherit it
 BACKEND.empty_requests = ("paged_attention",)
 COMPILED = FlexCompiledBackend("flex-compiled", compiled=True)
