@@ -26,7 +26,8 @@ import pytest
 import torch
 
 from conformance.results import Outcome
-from opconform import cli, render, report
+from opconform import cli, render
+from opconform import report as rep
 from opconform.capture.msprobe_map import MAPPINGS
 from opconform.capture.msprobe_replay import replay_msprobe
 
@@ -147,7 +148,7 @@ def test_the_reports_and_a_merge_keep_what_was_not_judged(replayed):
     assert lines and any(
         "APIs without a contract op, not judged: Functional.embedding x1" in x for x in lines
     )
-    merged = report.merge([data], names=["npu"])
+    merged = rep.merge([data], names=["npu"])
     for document in (data, merged):
         markdown, page = render.markdown(document), render.html_page(document)
         assert all(f"- {line}" in markdown and f"<li>{html.escape(line)}</li>" in page for line in lines)

@@ -226,5 +226,5 @@ def _file(module) -> Path | None:
 
 
 def _same_file(module, path: Path) -> bool:
-    file = getattr(module, "__file__", None)
-    return isinstance(file, str) and Path(file).resolve() == Path(path).resolve()
+    file = _file(module)
+    return file is not None and file.resolve() == Path(path).resolve()
